@@ -1,0 +1,522 @@
+#pragma once
+// hitch::comm::mpi: the communicator interface over MPI. The only hitch header that includes <mpi.h>.
+//
+// The user's communicator is duplicated at construction, so hitch's traffic never mixes with the user's; errors
+// are returned (MPI_ERRORS_RETURN), not fatal, and become comm_error with MPI's error string. Blocking calls poll
+// non-blocking MPI operations against a deadline and cancel them on expiry.
+//
+//   hitch::comm::mpi_environment env(argc, argv);   // MPI_Init_thread, or nothing if MPI is already initialised
+//   hitch::comm::mpi comm;                          // a duplicate of MPI_COMM_WORLD
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "hitch/comm/detail/barrier.hpp"
+#include "hitch/concepts/communicator.hpp"
+#include "hitch/core/deadline.hpp"
+#include "hitch/core/dtype.hpp"
+#include "hitch/core/error.hpp"
+#include "hitch/core/options.hpp"
+
+namespace hitch::comm {
+
+struct mpi_options {
+    /// Deadline of every blocking call, in seconds (default: HITCH_TIMEOUT_S, else 300).
+    double timeout_s = timeout_from_environment().count();
+
+    void validate() const {
+        option_validator("hitch::comm::mpi_options").open_closed("timeout_s", timeout_s, 0.0, 1e9);
+    }
+};
+
+namespace detail {
+
+[[nodiscard]] inline std::string mpi_error_string(int code) {
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return concat("MPI error code ", code);
+    return std::string(text, static_cast<std::size_t>(length));
+}
+
+inline void mpi_check(int code, std::string_view call) {
+    if (code != MPI_SUCCESS)
+        throw comm_error(concat("hitch::comm::mpi: ", call, " failed: ", mpi_error_string(code)));
+}
+
+[[nodiscard]] inline bool mpi_usable() {
+    int initialized = 0;
+    int finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    return initialized != 0 && finalized == 0;
+}
+
+/// A receive waiting for its message. Receives are matched lazily with matched probes (MPI_Improbe), in the order
+/// they were posted, so a message of the wrong size is detected before any byte lands in the user's buffer: MPI
+/// would report a truncation through MPI_COMM_WORLD's error handler (fatal by default), not through ours.
+struct mpi_recv_slot {
+    enum state_t : int { unmatched, receiving, done, failed, cancelled };
+    std::byte* data = nullptr;
+    std::size_t bytes = 0;
+    int peer = 0;
+    int tag = 0;
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Request req = MPI_REQUEST_NULL;
+    state_t state = unmatched;
+    message_info info{};
+    std::string error;
+};
+
+/// The receives of one communicator that have not met their message yet, in post order.
+class mpi_receiver {
+public:
+    explicit mpi_receiver(int rank) : rank_(rank) {}
+
+    void post(const std::shared_ptr<mpi_recv_slot>& slot) {
+        std::lock_guard lock(m_);
+        unmatched_.push_back(slot);
+    }
+
+    /// Advances `slot`; true once it is done or failed.
+    bool progress(mpi_recv_slot& slot) {
+        std::lock_guard lock(m_);
+        match_pending();
+        if (slot.state == mpi_recv_slot::receiving) {
+            int flag = 0;
+            MPI_Status status{};
+            const int code = MPI_Test(&slot.req, &flag, &status);
+            if (code != MPI_SUCCESS) {
+                slot.req = MPI_REQUEST_NULL;
+                slot.state = mpi_recv_slot::failed;
+                slot.error = concat("hitch::comm::mpi: recv from rank ", slot.info.source, ", tag ", slot.info.tag,
+                                    " on rank ", rank_, " failed: ", mpi_error_string(code));
+            } else if (flag != 0) {
+                slot.state = mpi_recv_slot::done;
+            }
+        }
+        return slot.state == mpi_recv_slot::done || slot.state == mpi_recv_slot::failed;
+    }
+
+    /// Withdraws a receive that has not met its message; one already receiving is completed first.
+    void cancel(mpi_recv_slot& slot) noexcept {
+        std::unique_lock lock(m_);
+        if (slot.state == mpi_recv_slot::unmatched) {
+            std::erase_if(unmatched_, [&](const auto& p) { return p.get() == &slot; });
+            slot.state = mpi_recv_slot::cancelled;
+            return;
+        }
+        if (slot.state != mpi_recv_slot::receiving) return;
+        lock.unlock();
+        const deadline grace(seconds_f(1.0));
+        while (!grace.expired() && !progress(slot)) std::this_thread::yield();
+        lock.lock();
+        if (slot.state == mpi_recv_slot::receiving) {  // a matched message that never finished: let MPI finish it
+            MPI_Request_free(&slot.req);
+            slot.state = mpi_recv_slot::cancelled;
+        }
+    }
+
+    /// Matches pending receives to waiting messages (call before probing, so a probe sees what a receive would).
+    void match() {
+        std::lock_guard lock(m_);
+        match_pending();
+    }
+
+private:
+    void match_pending() {
+        for (std::size_t i = 0; i < unmatched_.size();) {
+            auto& probe_slot = *unmatched_[i];
+            int flag = 0;
+            MPI_Message message = MPI_MESSAGE_NULL;
+            MPI_Status status{};
+            const int code = MPI_Improbe(probe_slot.peer == any_source ? MPI_ANY_SOURCE : probe_slot.peer,
+                                         probe_slot.tag, probe_slot.comm, &flag, &message, &status);
+            if (code != MPI_SUCCESS || flag == 0) {
+                ++i;
+                continue;
+            }
+            // The message goes to the earliest-posted receive it matches (MPI's rule), which may precede i.
+            std::size_t target = 0;
+            while (target < i && !(unmatched_[target]->comm == probe_slot.comm &&
+                                   unmatched_[target]->tag == status.MPI_TAG &&
+                                   (unmatched_[target]->peer == any_source ||
+                                    unmatched_[target]->peer == status.MPI_SOURCE)))
+                ++target;
+            auto slot = unmatched_[target];
+            unmatched_.erase(unmatched_.begin() + static_cast<std::ptrdiff_t>(target));
+            bind(*slot, message, status);
+            i = target;
+        }
+    }
+
+    void bind(mpi_recv_slot& slot, MPI_Message& message, const MPI_Status& status) {
+        MPI_Count count = 0;
+        MPI_Get_count_c(&status, MPI_BYTE, &count);
+        slot.info = {status.MPI_SOURCE, status.MPI_TAG, static_cast<std::size_t>(count)};
+        if (static_cast<std::size_t>(count) != slot.bytes) {
+            std::vector<std::byte> sink(static_cast<std::size_t>(count));  // drain it; the user's buffer is untouched
+            MPI_Mrecv_c(sink.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+            slot.state = mpi_recv_slot::failed;
+            slot.error = concat("hitch::comm::mpi: message mismatch on rank ", rank_, ": recv from rank ",
+                                status.MPI_SOURCE, " with tag ", status.MPI_TAG, " expected ", slot.bytes,
+                                " bytes but the message has ", count, " bytes");
+            return;
+        }
+        const int code = MPI_Imrecv_c(slot.data, count, MPI_BYTE, &message, &slot.req);
+        if (code != MPI_SUCCESS) {
+            slot.state = mpi_recv_slot::failed;
+            slot.error = concat("hitch::comm::mpi: MPI_Imrecv on rank ", rank_, " failed: ", mpi_error_string(code));
+            return;
+        }
+        slot.state = mpi_recv_slot::receiving;
+    }
+
+    std::mutex m_;
+    std::deque<std::shared_ptr<mpi_recv_slot>> unmatched_;
+    int rank_;
+};
+
+}  // namespace detail
+
+/// RAII for MPI_Init_thread / MPI_Finalize. A no-op when MPI was already initialised by the user (then the user
+/// finalises it). Asks for MPI_THREAD_MULTIPLE, which hitch's non-blocking collectives need.
+class mpi_environment {
+public:
+    mpi_environment() : mpi_environment(nullptr, nullptr) {}
+    mpi_environment(int& argc, char**& argv, int required = MPI_THREAD_MULTIPLE)
+        : mpi_environment(&argc, &argv, required) {}
+    mpi_environment(const mpi_environment&) = delete;
+    mpi_environment& operator=(const mpi_environment&) = delete;
+    ~mpi_environment() {
+        if (owns_ && detail::mpi_usable()) MPI_Finalize();
+    }
+
+    /// The thread support level MPI provides (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE).
+    [[nodiscard]] int thread_level() const noexcept { return provided_; }
+    /// True when this object initialised MPI and will finalise it.
+    [[nodiscard]] bool owns() const noexcept { return owns_; }
+
+private:
+    mpi_environment(int* argc, char*** argv, int required = MPI_THREAD_MULTIPLE) {
+        int initialized = 0;
+        MPI_Initialized(&initialized);
+        if (initialized != 0) {
+            MPI_Query_thread(&provided_);
+            return;
+        }
+        detail::mpi_check(MPI_Init_thread(argc, argv, required, &provided_), "MPI_Init_thread");
+        owns_ = true;
+    }
+    bool owns_ = false;
+    int provided_ = MPI_THREAD_SINGLE;
+};
+
+/// Communicator over an MPI communicator (duplicated). Move-only.
+class mpi {
+public:
+    class request {
+    public:
+        request() = default;
+        request(const request&) = delete;
+        request& operator=(const request&) = delete;
+        request(request&& other) noexcept { *this = std::move(other); }
+        request& operator=(request&& other) noexcept {
+            if (this != &other) {
+                abandon();
+                send_req_ = std::exchange(other.send_req_, MPI_REQUEST_NULL);
+                slot_ = std::move(other.slot_);
+                receiver_ = std::move(other.receiver_);
+                send_ = other.send_;
+                peer_ = other.peer_;
+                tag_ = other.tag_;
+                rank_ = other.rank_;
+                bytes_ = other.bytes_;
+                timeout_ = other.timeout_;
+                error_ = std::move(other.error_);
+            }
+            return *this;
+        }
+        ~request() { abandon(); }
+
+        /// True once complete; throws comm_error if the operation failed (a message of the wrong size, MPI errors).
+        bool test() {
+            if (!error_.empty()) throw comm_error(error_);
+            if (send_) {
+                if (send_req_ == MPI_REQUEST_NULL) return true;
+                int flag = 0;
+                const int code = MPI_Test(&send_req_, &flag, MPI_STATUS_IGNORE);
+                if (code != MPI_SUCCESS) {
+                    send_req_ = MPI_REQUEST_NULL;
+                    error_ = detail::concat("hitch::comm::mpi: ", describe(), " failed: ", detail::mpi_error_string(code));
+                    throw comm_error(error_);
+                }
+                return flag != 0;
+            }
+            if (!slot_) return true;
+            if (!receiver_->progress(*slot_)) return false;
+            if (slot_->state == detail::mpi_recv_slot::failed) {
+                error_ = slot_->error;
+                throw comm_error(error_);
+            }
+            return true;
+        }
+        void wait() { wait(deadline(timeout_)); }
+        void wait(const deadline& limit) {
+            if (poll_until(limit, [&] { return test(); })) return;
+            abandon();
+            if (!send_ && slot_ && slot_->state == detail::mpi_recv_slot::done) return;  // arrived while cancelling
+            throw timeout_error(operation(), where(), limit.waited());
+        }
+        [[nodiscard]] message_info status() const {
+            if (send_) return {peer_, tag_, bytes_};
+            return slot_ ? slot_->info : message_info{};
+        }
+        [[nodiscard]] std::string describe() const { return operation() + " (" + where() + ")"; }
+
+    private:
+        friend class mpi;
+        request(MPI_Request r, int peer, int tag, int rank, std::size_t bytes, seconds_f timeout)
+            : send_req_(r), send_(true), peer_(peer), tag_(tag), rank_(rank), bytes_(bytes), timeout_(timeout) {}
+        request(std::shared_ptr<detail::mpi_recv_slot> slot, std::shared_ptr<detail::mpi_receiver> receiver, int rank,
+                seconds_f timeout)
+            : slot_(std::move(slot)),
+              receiver_(std::move(receiver)),
+              send_(false),
+              peer_(slot_->peer),
+              tag_(slot_->tag),
+              rank_(rank),
+              bytes_(slot_->bytes),
+              timeout_(timeout) {}
+
+        [[nodiscard]] std::string operation() const { return send_ ? "comm::mpi send" : "comm::mpi recv"; }
+        [[nodiscard]] std::string where() const {
+            const std::string peer = peer_ == any_source ? std::string("any rank") : detail::concat("rank ", peer_);
+            return detail::concat(send_ ? "to " : "from ", peer, ", tag ", tag_, ", ", bytes_, " bytes, on rank ",
+                                  rank_);
+        }
+        /// Cancels what is still pending. A send MPI cannot cancel within a second is left to complete on its own
+        /// (MPI_Request_free), so nothing here blocks for long.
+        void abandon() noexcept {
+            if (!detail::mpi_usable()) return;
+            if (slot_ && receiver_ && slot_->state < detail::mpi_recv_slot::done) receiver_->cancel(*slot_);
+            if (send_req_ == MPI_REQUEST_NULL) return;
+            MPI_Cancel(&send_req_);
+            const deadline grace(seconds_f(1.0));
+            int flag = 0;
+            while (!grace.expired()) {
+                if (MPI_Test(&send_req_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag != 0) {
+                    send_req_ = MPI_REQUEST_NULL;
+                    return;
+                }
+                std::this_thread::yield();
+            }
+            MPI_Request_free(&send_req_);
+            send_req_ = MPI_REQUEST_NULL;
+        }
+
+        MPI_Request send_req_ = MPI_REQUEST_NULL;
+        std::shared_ptr<detail::mpi_recv_slot> slot_;
+        std::shared_ptr<detail::mpi_receiver> receiver_;
+        bool send_ = false;
+        int peer_ = 0;
+        int tag_ = 0;
+        int rank_ = 0;
+        std::size_t bytes_ = 0;
+        seconds_f timeout_{};
+        std::string error_;
+    };
+
+    /// Duplicates `parent` (MPI_COMM_WORLD by default) for hitch's traffic.
+    explicit mpi(MPI_Comm parent = MPI_COMM_WORLD, const mpi_options& options = {}) {
+        options.validate();
+        if (!detail::mpi_usable())
+            throw comm_error("hitch::comm::mpi: MPI is not initialised (create a hitch::comm::mpi_environment first)");
+        MPI_Comm dup = MPI_COMM_NULL;
+        detail::mpi_check(MPI_Comm_dup(parent, &dup), "MPI_Comm_dup");
+        adopt(dup, seconds_f(options.timeout_s));
+    }
+    mpi(const mpi&) = delete;
+    mpi& operator=(const mpi&) = delete;
+    mpi(mpi&& other) noexcept { *this = std::move(other); }
+    mpi& operator=(mpi&& other) noexcept {
+        if (this != &other) {
+            release();
+            comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
+            internal_ = std::exchange(other.internal_, MPI_COMM_NULL);
+            receiver_ = std::move(other.receiver_);
+            rank_ = other.rank_;
+            size_ = other.size_;
+            max_tag_ = other.max_tag_;
+            timeout_ = other.timeout_;
+            barriers_ = other.barriers_;
+        }
+        return *this;
+    }
+    ~mpi() { release(); }
+
+    [[nodiscard]] int rank() const noexcept { return rank_; }
+    [[nodiscard]] int size() const noexcept { return size_; }
+    [[nodiscard]] int max_tag() const noexcept { return max_tag_; }
+    [[nodiscard]] std::string_view name() const noexcept { return "comm::mpi"; }
+    [[nodiscard]] seconds_f timeout() const noexcept { return timeout_; }
+    void set_timeout(seconds_f t) {
+        option_validator("hitch::comm::mpi::set_timeout").open_closed("timeout_s", t.count(), 0.0, 1e9);
+        timeout_ = t;
+    }
+    /// The duplicated MPI communicator that carries this object's user-visible traffic (for MPI's own
+    /// collectives, e.g. allreduce::native).
+    [[nodiscard]] MPI_Comm native_handle() const noexcept { return comm_; }
+    static constexpr bool shares_address_space = false;
+
+    template <element_type T>
+    [[nodiscard]] request isend(std::span<const T> data, int peer, int tag) {
+        return post_send(std::as_bytes(data), peer, tag, comm_);
+    }
+    template <element_type T>
+    [[nodiscard]] request isend(std::span<T> data, int peer, int tag) {
+        return isend(std::span<const T>(data), peer, tag);
+    }
+    template <element_type T>
+    [[nodiscard]] request irecv(std::span<T> data, int peer, int tag) {
+        static_assert(!std::is_const_v<T>, "hitch::comm::mpi::irecv needs a writable span");
+        return post_recv(std::as_writable_bytes(data), peer, tag, comm_);
+    }
+    template <element_type T>
+    void send(std::span<const T> data, int peer, int tag) { isend(data, peer, tag).wait(); }
+    template <element_type T>
+    void send(std::span<T> data, int peer, int tag) { isend(std::span<const T>(data), peer, tag).wait(); }
+    template <element_type T>
+    message_info recv(std::span<T> data, int peer, int tag) {
+        auto r = irecv(data, peer, tag);
+        r.wait();
+        return r.status();
+    }
+
+    [[nodiscard]] message_info probe(int peer, int tag) {
+        check_peer(peer, true, "probe");
+        check_tag(tag, "probe");
+        const deadline limit(timeout_);
+        std::optional<message_info> found;
+        if (poll_until(limit, [&] { return (found = iprobe(peer, tag)).has_value(); })) return *found;
+        throw timeout_error("comm::mpi probe",
+                            detail::concat("from ", peer == any_source ? std::string("any rank")
+                                                                       : detail::concat("rank ", peer),
+                                           ", tag ", tag, ", on rank ", rank_),
+                            limit.waited());
+    }
+    [[nodiscard]] std::optional<message_info> iprobe(int peer, int tag) {
+        check_peer(peer, true, "iprobe");
+        check_tag(tag, "iprobe");
+        receiver_->match();  // messages that pending receives will take are not visible to a probe
+        int flag = 0;
+        MPI_Status status{};
+        detail::mpi_check(MPI_Iprobe(peer == any_source ? MPI_ANY_SOURCE : peer, tag, comm_, &flag, &status),
+                          "MPI_Iprobe");
+        if (flag == 0) return std::nullopt;
+        MPI_Count count = 0;
+        MPI_Get_count_c(&status, MPI_BYTE, &count);
+        return message_info{status.MPI_SOURCE, status.MPI_TAG, static_cast<std::size_t>(count)};
+    }
+
+    void barrier() {
+        detail::dissemination_barrier(
+            rank_, size_, barriers_++, timeout_, name(),
+            [&](int to, int round) { return post_send({}, to, round, internal_); },
+            [&](int from, int round) { return post_recv({}, from, round, internal_); });
+    }
+
+    /// Ranks with the same color (>= 0) form a new communicator, ordered by (key, rank). Every rank must arrive
+    /// within the deadline (checked with a barrier first, so MPI_Comm_split itself cannot hang).
+    [[nodiscard]] mpi split(int color, int key) {
+        option_validator("hitch::comm::mpi::split").at_least("color", color, 0);
+        barrier();
+        MPI_Comm part = MPI_COMM_NULL;
+        detail::mpi_check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
+        return mpi(part, timeout_);
+    }
+
+private:
+    mpi(MPI_Comm adopted, seconds_f timeout) { adopt(adopted, timeout); }
+
+    void adopt(MPI_Comm comm, seconds_f timeout) {
+        comm_ = comm;
+        timeout_ = timeout;
+        detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+        detail::mpi_check(MPI_Comm_dup(comm_, &internal_), "MPI_Comm_dup");
+        detail::mpi_check(MPI_Comm_set_errhandler(internal_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+        detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+        detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+        void* value = nullptr;
+        int flag = 0;
+        MPI_Comm_get_attr(comm_, MPI_TAG_UB, &value, &flag);
+        max_tag_ = flag != 0 ? *static_cast<int*>(value) : 32767;
+        receiver_ = std::make_shared<detail::mpi_receiver>(rank_);
+    }
+    void release() noexcept {
+        if (!detail::mpi_usable()) return;
+        if (internal_ != MPI_COMM_NULL) MPI_Comm_free(&internal_);
+        if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    }
+
+    void check_peer(int peer, bool any_ok, const char* op) const {
+        if (any_ok && peer == any_source) return;
+        if (peer < 0 || peer >= size_)
+            throw config_error(detail::concat("hitch::comm::mpi::", op, ": peer ", peer,
+                                              " is outside the allowed range [0, ", size_, ")",
+                                              any_ok ? " (or hitch::any_source)" : ""));
+    }
+    void check_tag(int tag, const char* op) const {
+        if (tag < 0 || tag > max_tag_)
+            throw config_error(detail::concat("hitch::comm::mpi::", op, ": tag ", tag,
+                                              " is outside the allowed range [0, ", max_tag_, "]"));
+    }
+
+    request post_send(std::span<const std::byte> data, int peer, int tag, MPI_Comm comm) {
+        check_peer(peer, false, "isend");
+        check_tag(tag, "isend");
+        MPI_Request r = MPI_REQUEST_NULL;
+        detail::mpi_check(MPI_Isend_c(data.data(), static_cast<MPI_Count>(data.size()), MPI_BYTE, peer, tag, comm, &r),
+                          "MPI_Isend");
+        return request(r, peer, tag, rank_, data.size(), timeout_);
+    }
+    request post_recv(std::span<std::byte> data, int peer, int tag, MPI_Comm comm) {
+        check_peer(peer, true, "irecv");
+        check_tag(tag, "irecv");
+        auto slot = std::make_shared<detail::mpi_recv_slot>();
+        slot->data = data.data();
+        slot->bytes = data.size();
+        slot->peer = peer;
+        slot->tag = tag;
+        slot->comm = comm;
+        receiver_->post(slot);
+        return request(std::move(slot), receiver_, rank_, timeout_);
+    }
+
+    MPI_Comm comm_ = MPI_COMM_NULL;      // user-visible traffic
+    MPI_Comm internal_ = MPI_COMM_NULL;  // hitch's own (barriers), never matched against user tags
+    std::shared_ptr<detail::mpi_receiver> receiver_;
+    int rank_ = 0;
+    int size_ = 0;
+    int max_tag_ = 32767;
+    seconds_f timeout_{};
+    std::uint64_t barriers_ = 0;
+};
+
+static_assert(communicator<mpi>, "hitch::comm::mpi must model hitch::communicator");
+
+}  // namespace hitch::comm

@@ -1,0 +1,117 @@
+#pragma once
+// hitch::communicator<C>: point-to-point messages between the ranks of a group. Modelled by comm::local (threads
+// as ranks), comm::mpi, and later cuda::nccl and comm::simulated. Every collective in hitch is written against
+// this concept, so a user's own transport plugs in by modelling it.
+//
+//   c.rank(), c.size()                    this rank and the group size
+//   c.isend(std::span<const T>, peer, tag) -> C::request      non-blocking; T an element type (hitch/core/dtype.hpp)
+//   c.irecv(std::span<T>, peer, tag)       -> C::request      peer may be hitch::any_source; the message must
+//                                                              have exactly the span's size, else comm_error
+//   c.probe(peer, tag) -> message_info     blocks until a matching message is pending; gives its source and bytes
+//   c.barrier()                            every rank arrives or timeout_error names who did not
+//   c.split(color, key) -> C               sub-communicators (color >= 0), ranks ordered by (key, old rank)
+//   c.timeout(), c.set_timeout(seconds)    the deadline of every blocking call on this communicator
+//   c.max_tag()                            tags are in [0, max_tag()]
+//   c.name()                               for messages ("comm::local", "comm::mpi")
+//
+// C::request models hitch::request: test() (non-blocking), wait() (communicator's deadline), wait(deadline),
+// status() after completion, describe() for error messages. A request destroyed while pending is cancelled.
+// Messages between one pair of ranks with the same tag arrive in the order they were sent.
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "hitch/core/deadline.hpp"
+#include "hitch/core/dtype.hpp"
+
+namespace hitch {
+
+/// Receive from whichever rank sends first.
+inline constexpr int any_source = -1;
+
+/// What a completed receive or a probe learned about the message.
+struct message_info {
+    int source = -1;
+    int tag = -1;
+    std::size_t bytes = 0;
+};
+
+template <class R>
+concept request_can_test = requires(R& r) {
+    { r.test() } -> std::convertible_to<bool>;
+};
+
+template <class R>
+concept request_can_wait = requires(R& r, const deadline& d) {
+    r.wait();
+    r.wait(d);
+};
+
+template <class R>
+concept request_has_status = requires(const R& r) {
+    { r.status() } -> std::convertible_to<message_info>;
+    { r.describe() } -> std::convertible_to<std::string>;
+};
+
+/// A handle to a non-blocking operation.
+template <class R>
+concept request = std::movable<R> && request_can_test<R> && request_can_wait<R> && request_has_status<R>;
+
+template <class C>
+concept communicator_has_rank_and_size = requires(const C& c) {
+    { c.rank() } -> std::convertible_to<int>;
+    { c.size() } -> std::convertible_to<int>;
+};
+
+template <class C>
+concept communicator_has_point_to_point =
+    requires(C& c, std::span<const std::byte> out, std::span<std::byte> in, std::span<const float> fout,
+             std::span<float> fin, int peer, int tag) {
+        typename C::request;
+        requires request<typename C::request>;
+        { c.isend(out, peer, tag) } -> std::same_as<typename C::request>;
+        { c.irecv(in, peer, tag) } -> std::same_as<typename C::request>;
+        { c.isend(fout, peer, tag) } -> std::same_as<typename C::request>;
+        { c.irecv(fin, peer, tag) } -> std::same_as<typename C::request>;
+        { c.probe(peer, tag) } -> std::convertible_to<message_info>;
+        { c.max_tag() } -> std::convertible_to<int>;
+    };
+
+template <class C>
+concept communicator_has_barrier = requires(C& c) { c.barrier(); };
+
+template <class C>
+concept communicator_has_split = requires(C& c, int color, int key) {
+    { c.split(color, key) } -> std::same_as<C>;
+};
+
+template <class C>
+concept communicator_has_deadline = requires(C& c, const C& cc, seconds_f t) {
+    { cc.timeout() } -> std::convertible_to<seconds_f>;
+    c.set_timeout(t);
+};
+
+template <class C>
+concept communicator_has_name = requires(const C& c) {
+    { c.name() } -> std::convertible_to<std::string_view>;
+};
+
+/// A group of ranks that exchange typed point-to-point messages with deadlines.
+template <class C>
+concept communicator = std::movable<C> && communicator_has_rank_and_size<C> && communicator_has_point_to_point<C> &&
+                       communicator_has_barrier<C> && communicator_has_split<C> && communicator_has_deadline<C> &&
+                       communicator_has_name<C>;
+
+/// Waits for every request in `requests` with one deadline for the whole set (the given timeout from now).
+/// On expiry the timeout_error names the first request still pending; the rest are cancelled when destroyed.
+template <class Range>
+void wait_all(Range&& requests, seconds_f timeout) {
+    const deadline limit(timeout);
+    for (auto& r : requests) r.wait(limit);
+}
+
+}  // namespace hitch

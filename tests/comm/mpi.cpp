@@ -1,0 +1,63 @@
+// comm::mpi under mpiexec: the communicator suite, isolation from the user's traffic, and MPI errors.
+#include <catch2/catch.hpp>
+
+#include <mpi.h>
+
+#include "hitch/comm/mpi.hpp"
+#include "suite.hpp"
+
+using hitch::comm::mpi;
+
+TEST_CASE("comm::mpi passes the communicator suite", "[comm][mpi]") {
+    mpi comm;
+    REQUIRE_NOTHROW(hitch_test::ordered_delivery(comm));
+    REQUIRE_NOTHROW(hitch_test::message_sizes(comm, {0, 1, 4, 7, 4096, 65536, 65540, 1 << 20, std::size_t{64} << 20}));
+    REQUIRE_NOTHROW(hitch_test::many_outstanding(comm));
+    REQUIRE_NOTHROW(hitch_test::split_groups(comm));
+    REQUIRE_NOTHROW(hitch_test::any_source_with_probe(comm));
+    REQUIRE_NOTHROW(hitch_test::bad_arguments(comm));
+    REQUIRE_NOTHROW(hitch_test::size_mismatch_reported(comm));
+    REQUIRE_NOTHROW(hitch_test::receive_times_out(comm, 0.3));
+}
+
+TEST_CASE("comm::mpi traffic never mixes with the user's", "[comm][mpi]") {
+    mpi comm;
+    const int p = comm.size(), me = comm.rank();
+    const int next = (me + 1) % p, prev = (me - 1 + p) % p;
+    int user_out = 1000 + me, hitch_out = 2000 + me, user_in = -1, hitch_in = -1;
+    MPI_Request user_send;
+    MPI_Isend(&user_out, 1, MPI_INT, next, 5, MPI_COMM_WORLD, &user_send);
+    auto s = comm.isend(std::span<const int>(&hitch_out, 1), next, 5);
+    comm.irecv(std::span<int>(&hitch_in, 1), prev, 5).wait();  // posted first, must still get hitch's message
+    MPI_Recv(&user_in, 1, MPI_INT, prev, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Wait(&user_send, MPI_STATUS_IGNORE);
+    s.wait();
+    CHECK(hitch_in == 2000 + prev);
+    CHECK(user_in == 1000 + prev);
+}
+
+TEST_CASE("comm::mpi: a second environment is a no-op, and bad options are config_error", "[comm][mpi]") {
+    hitch::comm::mpi_environment again;
+    CHECK_FALSE(again.owns());
+    CHECK(again.thread_level() >= MPI_THREAD_SINGLE);
+    hitch::comm::mpi_options bad;
+    bad.timeout_s = -1;
+    CHECK_THROWS_WITH(mpi(MPI_COMM_WORLD, bad), Catch::Contains("timeout_s = -1"));
+    mpi comm;
+    CHECK(comm.max_tag() >= 32767);
+    CHECK_THROWS_AS(comm.isend(std::span<const int>(), 0, comm.max_tag() + 1 < 0 ? -1 : -2), hitch::config_error);
+    comm.barrier();
+}
+
+TEST_CASE("comm::mpi: a barrier with a missing rank times out naming it", "[comm][mpi]") {
+    mpi comm;
+    if (comm.size() < 2) return;
+    mpi part = comm.split(0, 0);
+    part.set_timeout(hitch::seconds_f(0.5));
+    const int last = comm.size() - 1;
+    if (comm.rank() != last) {
+        CHECK_THROWS_WITH(part.barrier(), Catch::Contains("rank " + std::to_string(last) + " did not arrive") ||
+                                              Catch::Contains("did not arrive"));
+    }
+    comm.barrier();  // the full communicator still works afterwards (its own barrier channel)
+}
