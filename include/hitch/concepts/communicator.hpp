@@ -106,6 +106,15 @@ concept communicator = std::movable<C> && communicator_has_rank_and_size<C> && c
                        communicator_has_barrier<C> && communicator_has_split<C> && communicator_has_deadline<C> &&
                        communicator_has_name<C>;
 
+/// Tags from collective_tag_base(comm) to comm.max_tag() are reserved for hitch's collectives (all-reduce schedules,
+/// agreement checks); a program that sends its own point-to-point messages on a communicator it also hands to hitch
+/// keeps its tags below. With MPICH (tag_ub = 2^28 - 1) the reserved range starts at 2^27.
+template <class C>
+    requires communicator_has_point_to_point<C>
+[[nodiscard]] int collective_tag_base(const C& comm) {
+    return comm.max_tag() / 2 + 1;
+}
+
 /// Waits for every request in `requests` with one deadline for the whole set (the given timeout from now).
 /// On expiry the timeout_error names the first request still pending; the rest are cancelled when destroyed.
 template <class Range>

@@ -1,0 +1,104 @@
+#pragma once
+// Small collectives every part of hitch uses to check that ranks agree before they move data:
+//
+//   allgather_value(comm, v)   every rank learns every rank's v (Bruck et al. 1997: ceil(lg p) rounds, any p)
+//   agree(comm, v, what)       allgather, then mismatch_error on every rank if any value differs, naming them all
+//   any_of(comm, flag)         true on every rank if any rank's flag is true
+//
+// Values are trivially copyable and travel as bytes on a reserved tag (see collective_tag_base), so they never
+// match user traffic. Every call has the communicator's deadline.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "hitch/concepts/communicator.hpp"
+#include "hitch/core/deadline.hpp"
+#include "hitch/core/error.hpp"
+
+namespace hitch::comm {
+
+/// Offset, within hitch's reserved tag range, of the agreement messages.
+inline constexpr int agree_tag_offset = 0;
+
+/// Returns every rank's `value`, indexed by rank. Collective: every rank of `comm` calls it.
+template <communicator C, class T>
+    requires std::is_trivially_copyable_v<T>
+[[nodiscard]] std::vector<T> allgather_value(C& comm, const T& value) {
+    const int p = comm.size();
+    const int me = comm.rank();
+    const int tag = collective_tag_base(comm) + agree_tag_offset;
+    // Bruck: block j of `blocks` holds rank (me + j) % p's value; after round k the first min(2^(k+1), p) are known.
+    std::vector<std::byte> blocks(static_cast<std::size_t>(p) * sizeof(T));
+    std::memcpy(blocks.data(), &value, sizeof(T));
+    const deadline limit(comm.timeout());
+    for (int have = 1; have < p; have *= 2) {
+        const int count = std::min(have, p - have);
+        const int to = (me - have + p) % p;
+        const int from = (me + have) % p;
+        const std::span<const std::byte> out(blocks.data(), static_cast<std::size_t>(count) * sizeof(T));
+        const std::span<std::byte> in(blocks.data() + static_cast<std::size_t>(have) * sizeof(T),
+                                      static_cast<std::size_t>(count) * sizeof(T));
+        auto r = comm.irecv(in, from, tag);
+        auto s = comm.isend(out, to, tag);
+        r.wait(limit);
+        s.wait(limit);
+    }
+    std::vector<T> result(static_cast<std::size_t>(p));
+    for (int j = 0; j < p; ++j)
+        std::memcpy(&result[static_cast<std::size_t>((me + j) % p)], blocks.data() + static_cast<std::size_t>(j) * sizeof(T),
+                    sizeof(T));
+    return result;
+}
+
+/// Checks that every rank passed an equal `value` (compared bytewise, or with == when T has it). On any difference
+/// every rank throws mismatch_error: "<what>: rank 0 has <v0>, rank 1 has <v1>, ...", each value written by
+/// `format(os, value)` (default: operator<< when T has one, else its bytes in hex).
+template <communicator C, class T, class Format>
+    requires std::is_trivially_copyable_v<T>
+void agree(C& comm, const T& value, std::string_view what, Format&& format) {
+    const std::vector<T> all = allgather_value(comm, value);
+    const auto same = [&](const T& a, const T& b) {
+        if constexpr (requires { { a == b } -> std::convertible_to<bool>; }) return static_cast<bool>(a == b);
+        else return std::memcmp(&a, &b, sizeof(T)) == 0;
+    };
+    if (std::all_of(all.begin(), all.end(), [&](const T& v) { return same(v, all.front()); })) return;
+    std::ostringstream s;
+    s << what << ": ";
+    for (std::size_t r = 0; r < all.size(); ++r) {
+        if (r != 0) s << ", ";
+        s << "rank " << r << " has ";
+        format(s, all[r]);
+    }
+    throw mismatch_error(s.str());
+}
+
+template <communicator C, class T>
+    requires std::is_trivially_copyable_v<T>
+void agree(C& comm, const T& value, std::string_view what) {
+    agree(comm, value, what, [](std::ostream& os, const T& v) {
+        if constexpr (requires { os << v; }) {
+            os << v;
+        } else {
+            const auto* bytes = reinterpret_cast<const unsigned char*>(&v);
+            os << "0x" << std::hex;
+            for (std::size_t i = 0; i < sizeof(T); ++i) os << static_cast<unsigned>(bytes[i] >> 4) << static_cast<unsigned>(bytes[i] & 15u);
+            os << std::dec;
+        }
+    });
+}
+
+/// True on every rank when `flag` is true on at least one (e.g. "some rank saw an inf").
+template <communicator C>
+[[nodiscard]] bool any_of(C& comm, bool flag) {
+    const std::vector<unsigned char> all = allgather_value(comm, static_cast<unsigned char>(flag ? 1 : 0));
+    return std::any_of(all.begin(), all.end(), [](unsigned char f) { return f != 0; });
+}
+
+}  // namespace hitch::comm
