@@ -61,3 +61,17 @@ TEST_CASE("comm::mpi: a barrier with a missing rank times out naming it", "[comm
     }
     comm.barrier();  // the full communicator still works afterwards (its own barrier channel)
 }
+
+TEST_CASE("comm::mpi: MPI errors are returned, not fatal, and become comm_error with MPI's error string",
+          "[comm][mpi]") {
+    mpi comm;
+    int x = 0;
+    // An invalid tag on the duplicated communicator: with MPI's default handler this would abort the job.
+    const int code = MPI_Send(&x, 1, MPI_INT, comm.rank(), -5, comm.native_handle());
+    REQUIRE(code != MPI_SUCCESS);
+    const std::string mpi_text = hitch::comm::detail::mpi_error_string(code);
+    REQUIRE_FALSE(mpi_text.empty());
+    CHECK_THROWS_MATCHES(hitch::comm::detail::mpi_check(code, "MPI_Send"), hitch::comm_error,
+                         Catch::Matchers::Message("hitch::comm::mpi: MPI_Send failed: " + mpi_text));
+    comm.barrier();
+}
