@@ -1,0 +1,104 @@
+#pragma once
+// Stochastic gradient descent with L2 weight decay (Robbins and Monro 1951; torch.optim.SGD with momentum 0).
+//
+//   d = g + wd * w            (the L2 term is left out when wd = 0 or the layer is excluded from weight decay)
+//   w = w - lr * d
+//
+// Per element, in float, each operation rounded on its own in this order (the reference for other devices):
+//   t = wd * w;  d = g + t;  d = s * d;  u = lr * d;  w = w - u
+// where s is a per-layer gradient scale: 1 for plain SGD (exact), the trust ratio under lars<sgd>.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "hitch/concepts/optimizer.hpp"
+#include "hitch/core/options.hpp"
+#include "hitch/core/parallel.hpp"
+#include "hitch/device/buffer.hpp"
+#include "hitch/device/cpu.hpp"
+#include "hitch/optim/detail/checks.hpp"
+#include "hitch/optim/detail/strict_fp.hpp"
+#include "hitch/optim/layer.hpp"
+
+namespace hitch::optim {
+
+/// Plain SGD with optional L2 weight decay. Stateless apart from the step count.
+class sgd {
+public:
+    struct options_type {
+        /// L2 penalty coefficient wd >= 0.
+        float weight_decay = 0.0f;
+
+        void validate() const { option_validator("hitch::optim::sgd").non_negative("weight_decay", weight_decay); }
+    };
+
+    template <device D>
+    struct state_type {
+        std::uint64_t steps = 0;
+        [[nodiscard]] std::array<tensor_view<float>, 0> buffers() const noexcept { return {}; }
+    };
+
+    sgd() : sgd(options_type{}) {}
+    explicit sgd(const options_type& options) : options_(options) { options_.validate(); }
+
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
+    [[nodiscard]] static std::string id() { return "sgd"; }
+
+    template <device D>
+    [[nodiscard]] state_type<D> make_state(D& /*device*/, std::size_t /*n*/) const {
+        return {};
+    }
+
+    /// One step of layer `l` with learning rate `lr`.
+    void step(const layer& l, state_type<cpu>& s, float lr, const parallel_options& exec = {}) const {
+        apply(l, s, lr, l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay, 1.0f, exec);
+    }
+
+    /// The step with an explicit weight decay and gradient scale (used by lars<sgd>).
+    void apply(const layer& l, state_type<cpu>& s, float lr, float weight_decay, float scale,
+               const parallel_options& exec = {}) const;
+
+private:
+    options_type options_;
+};
+
+// ================================================ implementation ================================================
+
+HITCH_OPTIM_STRICT_FP_BEGIN
+namespace detail {
+
+template <bool Decay>
+void sgd_kernel(float* __restrict w, const float* __restrict g, std::size_t n, float lr, float wd, float s) {
+    HITCH_OPTIM_STRICT_FP_SCOPE
+    for (std::size_t i = 0; i < n; ++i) {
+        float d = g[i];
+        if constexpr (Decay) {
+            const float t = wd * w[i];
+            d = d + t;
+        }
+        d = s * d;
+        const float u = lr * d;
+        w[i] = w[i] - u;
+    }
+}
+
+}  // namespace detail
+HITCH_OPTIM_STRICT_FP_END
+
+inline void sgd::apply(const layer& l, state_type<cpu>& s, float lr, float weight_decay, float scale,
+                       const parallel_options& exec) const {
+    detail::check_step("hitch::optim::sgd", l, {}, lr);
+    float* w = l.params.data();
+    const float* g = l.grads.data();
+    parallel_for(l.size(), [&](std::size_t b, std::size_t e) {
+        if (weight_decay != 0.0f) detail::sgd_kernel<true>(w + b, g + b, e - b, lr, weight_decay, scale);
+        else detail::sgd_kernel<false>(w + b, g + b, e - b, lr, weight_decay, scale);
+    }, exec);
+    ++s.steps;
+}
+
+static_assert(optimizer<sgd>, "hitch::optim::sgd must model hitch::optimizer");
+
+}  // namespace hitch::optim
