@@ -1,0 +1,206 @@
+#pragma once
+// Adam (Kingma and Ba 2015) with the AMSGrad option (Reddi et al. 2018), as a policy template over how weight
+// decay enters: coupled_weight_decay (an L2 term added to the gradient: optim::adam, torch.optim.Adam) or
+// decoupled_weight_decay (the weights shrink directly: optim::adamw, Loshchilov and Hutter 2019,
+// torch.optim.AdamW).
+//
+//   t = t + 1;  d = g + wd * w  (coupled)            w = (1 - lr * wd) * w  (decoupled)
+//   m = b1 * m + (1 - b1) * d
+//   v = b2 * v + (1 - b2) * d^2;   AMSGrad: vmax = max(vmax, v), used in place of v below
+//   w = w - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+//
+// Per layer step, in double, rounded once to float: a = lr / (1 - b1^t), q = sqrt(1 - b2^t),
+// k = 1 - lr * wd (decoupled). In float: c1 = 1 - b1, c2 = 1 - b2.
+// Per element, in float, each operation rounded on its own in this order (s: per-layer gradient scale, 1 except
+// under lars<adam>):
+//   decoupled: w = w * k;          coupled: t0 = wd * w;  d = g + t0;     then  d = s * d;
+//   t1 = b1 * m;  t2 = c1 * d;  m = t1 + t2;
+//   d2 = d * d;  t3 = b2 * v;  t4 = c2 * d2;  v = t3 + t4;
+//   AMSGrad: vmax = max(vmax, v) (vmax if equal), r = sqrt(vmax);  else r = sqrt(v);
+//   r = r / q;  r = r + eps;  u = m / r;  u = a * u;  w = w - u
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "hitch/concepts/optimizer.hpp"
+#include "hitch/core/options.hpp"
+#include "hitch/core/parallel.hpp"
+#include "hitch/device/buffer.hpp"
+#include "hitch/device/cpu.hpp"
+#include "hitch/optim/detail/checks.hpp"
+#include "hitch/optim/detail/strict_fp.hpp"
+#include "hitch/optim/layer.hpp"
+
+namespace hitch::optim {
+
+/// Weight decay as an L2 term in the gradient (Adam as published; torch.optim.Adam's weight_decay).
+struct coupled_weight_decay {
+    static constexpr bool decoupled = false;
+    static std::string id() { return "adam"; }
+};
+/// Weight decay applied to the weights directly, scaled by the learning rate (AdamW).
+struct decoupled_weight_decay {
+    static constexpr bool decoupled = true;
+    static std::string id() { return "adamw"; }
+};
+
+template <class WeightDecay = coupled_weight_decay>
+class basic_adam {
+public:
+    struct options_type {
+        /// Decay of the first moment, in [0, 1).
+        float beta1 = 0.9f;
+        /// Decay of the second moment, in [0, 1).
+        float beta2 = 0.999f;
+        /// Added to the denominator, > 0.
+        float epsilon = 1e-8f;
+        /// wd >= 0: an L2 coefficient (adam) or the decoupled decay rate (adamw).
+        float weight_decay = WeightDecay::decoupled ? 1e-2f : 0.0f;
+        /// Keep the running maximum of v (AMSGrad).
+        bool amsgrad = false;
+
+        void validate() const {
+            option_validator(std::string("hitch::optim::") + WeightDecay::id())
+                .half_open("beta1", beta1, 0.0f, 1.0f)
+                .half_open("beta2", beta2, 0.0f, 1.0f)
+                .positive("epsilon", epsilon)
+                .non_negative("weight_decay", weight_decay);
+        }
+    };
+
+    template <device D>
+    struct state_type {
+        device_buffer<float, D> m, v, v_max;  // v_max is empty unless amsgrad
+        std::uint64_t steps = 0;
+        [[nodiscard]] std::array<tensor_view<float>, 3> buffers() const noexcept {
+            return {m.view(), v.view(), v_max.view()};
+        }
+    };
+
+    basic_adam() : basic_adam(options_type{}) {}
+    explicit basic_adam(const options_type& options) : options_(options) { options_.validate(); }
+
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
+    [[nodiscard]] static std::string id() { return WeightDecay::id(); }
+
+    template <device D>
+    [[nodiscard]] state_type<D> make_state(D& dev, std::size_t n) const {
+        return {device_buffer<float, D>(dev, n), device_buffer<float, D>(dev, n),
+                device_buffer<float, D>(dev, options_.amsgrad ? n : 0), 0};
+    }
+
+    void step(const layer& l, state_type<cpu>& s, float lr, const parallel_options& exec = {}) const {
+        apply(l, s, lr, l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay, 1.0f, exec);
+    }
+
+    /// The step with an explicit weight decay and gradient scale (used by lars<adam>).
+    void apply(const layer& l, state_type<cpu>& s, float lr, float weight_decay, float scale,
+               const parallel_options& exec = {}) const;
+
+private:
+    options_type options_;
+};
+
+/// Adam with an L2 penalty (Kingma and Ba 2015).
+using adam = basic_adam<coupled_weight_decay>;
+
+// ================================================ implementation ================================================
+
+HITCH_OPTIM_STRICT_FP_BEGIN
+namespace detail {
+
+/// The scalars of one Adam step, fixed per layer step.
+struct adam_scalars {
+    float b1, b2, c1, c2, eps, step_size, bc2_sqrt, wd, decay, scale;
+};
+
+template <bool Decoupled, bool Decay, bool Amsgrad>
+void adam_kernel(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
+                 float* __restrict vmax, std::size_t n, adam_scalars k) {
+    HITCH_OPTIM_STRICT_FP_SCOPE
+    for (std::size_t i = 0; i < n; ++i) {
+        float p = w[i];
+        float d = g[i];
+        if constexpr (Decay) {
+            if constexpr (Decoupled) {
+                p = p * k.decay;
+            } else {
+                const float t0 = k.wd * p;
+                d = d + t0;
+            }
+        }
+        d = k.scale * d;
+        const float t1 = k.b1 * m[i];
+        const float t2 = k.c1 * d;
+        const float mi = t1 + t2;
+        m[i] = mi;
+        const float d2 = d * d;
+        const float t3 = k.b2 * v[i];
+        const float t4 = k.c2 * d2;
+        const float vi = t3 + t4;
+        v[i] = vi;
+        float r;
+        if constexpr (Amsgrad) {
+            const float vm = vmax[i] < vi ? vi : vmax[i];
+            vmax[i] = vm;
+            r = std::sqrt(vm);
+        } else {
+            r = std::sqrt(vi);
+        }
+        r = r / k.bc2_sqrt;
+        r = r + k.eps;
+        float u = mi / r;
+        u = k.step_size * u;
+        w[i] = p - u;
+    }
+}
+
+template <bool Decoupled, bool Decay>
+void adam_dispatch(bool amsgrad, float* w, const float* g, float* m, float* v, float* vmax, std::size_t n,
+                   const adam_scalars& k) {
+    if (amsgrad) adam_kernel<Decoupled, Decay, true>(w, g, m, v, vmax, n, k);
+    else adam_kernel<Decoupled, Decay, false>(w, g, m, v, vmax, n, k);
+}
+
+}  // namespace detail
+HITCH_OPTIM_STRICT_FP_END
+
+template <class WeightDecay>
+void basic_adam<WeightDecay>::apply(const layer& l, state_type<cpu>& s, float lr, float weight_decay, float scale,
+                                    const parallel_options& exec) const {
+    const std::string who = "hitch::optim::" + id();
+    if (options_.amsgrad) detail::check_step(who, l, {s.m.size(), s.v.size(), s.v_max.size()}, lr);
+    else detail::check_step(who, l, {s.m.size(), s.v.size()}, lr);
+    const std::uint64_t t = s.steps + 1;
+    detail::adam_scalars k{};
+    k.b1 = options_.beta1;
+    k.b2 = options_.beta2;
+    k.c1 = 1.0f - options_.beta1;
+    k.c2 = 1.0f - options_.beta2;
+    k.eps = options_.epsilon;
+    k.step_size = static_cast<float>(static_cast<double>(lr) / (1.0 - detail::power(options_.beta1, t)));
+    k.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - detail::power(options_.beta2, t)));
+    k.wd = weight_decay;
+    k.decay = static_cast<float>(1.0 - static_cast<double>(lr) * static_cast<double>(weight_decay));
+    k.scale = scale;
+    float* w = l.params.data();
+    const float* g = l.grads.data();
+    float* m = s.m.data();
+    float* v = s.v.data();
+    float* vmax = s.v_max.data();
+    const bool amsgrad = options_.amsgrad;
+    constexpr bool decoupled = WeightDecay::decoupled;
+    parallel_for(l.size(), [&](std::size_t b, std::size_t e) {
+        float* vm = amsgrad ? vmax + b : nullptr;
+        if (weight_decay != 0.0f) detail::adam_dispatch<decoupled, true>(amsgrad, w + b, g + b, m + b, v + b, vm, e - b, k);
+        else detail::adam_dispatch<decoupled, false>(amsgrad, w + b, g + b, m + b, v + b, vm, e - b, k);
+    }, exec);
+    s.steps = t;
+}
+
+static_assert(optimizer<adam>, "hitch::optim::adam must model hitch::optimizer");
+
+}  // namespace hitch::optim

@@ -1,0 +1,205 @@
+#pragma once
+// LAMB, layer-wise adaptive moments (You et al. 2019, "Large Batch Optimization for Deep Learning: Training BERT
+// in 76 minutes", Algorithm 2, with phi the identity):
+//
+//   m = b1 * m + (1 - b1) * g;   v = b2 * v + (1 - b2) * g^2
+//   r = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * w
+//   w = w - lr * (||w|| / ||r||) * r                (trust ratio 1 if a norm is 0 or the layer is excluded)
+//
+// Two passes over the layer: the first updates m and v and accumulates ||w||^2 and ||r||^2 (reads w, g, m, v;
+// writes m, v), the second recomputes r from the stored m and v — the same bits — and moves w (reads w, m, v;
+// writes w). Storing r instead would move more bytes.
+//
+// Per layer step, in double, rounded once to float: bc1 = 1 - b1^t, bc2 = 1 - b2^t (both 1 without bias
+// correction). In float: c1 = 1 - b1, c2 = 1 - b2. Per element, in float, each operation rounded on its own:
+//   t1 = b1 * m;  t2 = c1 * g;  m = t1 + t2;   g2 = g * g;  t3 = b2 * v;  t4 = c2 * g2;  v = t3 + t4;
+//   mh = m / bc1;  vh = v / bc2;  r = sqrt(vh);  r = r + eps;  r = mh / r;   decay: t5 = wd * w;  r = r + t5
+// Norms: sums of squares in double in the order of hitch/optim/detail/norm.hpp, sqrt in double, rounded to float.
+// Trust ratio, in float: trust = ||w|| / ||r||; then k = lr * trust and, per element, u = k * r;  w = w - u.
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hitch/concepts/optimizer.hpp"
+#include "hitch/core/options.hpp"
+#include "hitch/core/parallel.hpp"
+#include "hitch/device/buffer.hpp"
+#include "hitch/device/cpu.hpp"
+#include "hitch/optim/detail/checks.hpp"
+#include "hitch/optim/detail/norm.hpp"
+#include "hitch/optim/detail/strict_fp.hpp"
+#include "hitch/optim/layer.hpp"
+
+namespace hitch::optim {
+
+class lamb {
+public:
+    struct options_type {
+        /// Decay of the first moment, in [0, 1).
+        float beta1 = 0.9f;
+        /// Decay of the second moment, in [0, 1).
+        float beta2 = 0.999f;
+        /// Added to the denominator, > 0 (the paper uses 1e-6).
+        float epsilon = 1e-6f;
+        /// wd >= 0, decoupled: added to the update direction r before the trust ratio.
+        float weight_decay = 0.0f;
+        /// Divide the moments by 1 - beta^t (Algorithm 2 as published; some implementations leave it out).
+        bool bias_correction = true;
+
+        void validate() const {
+            option_validator("hitch::optim::lamb")
+                .half_open("beta1", beta1, 0.0f, 1.0f)
+                .half_open("beta2", beta2, 0.0f, 1.0f)
+                .positive("epsilon", epsilon)
+                .non_negative("weight_decay", weight_decay);
+        }
+    };
+
+    template <device D>
+    struct state_type {
+        device_buffer<float, D> m, v;
+        std::uint64_t steps = 0;
+        [[nodiscard]] std::array<tensor_view<float>, 2> buffers() const noexcept { return {m.view(), v.view()}; }
+    };
+
+    lamb() : lamb(options_type{}) {}
+    explicit lamb(const options_type& options) : options_(options) { options_.validate(); }
+
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
+    [[nodiscard]] static std::string id() { return "lamb"; }
+
+    template <device D>
+    [[nodiscard]] state_type<D> make_state(D& dev, std::size_t n) const {
+        return {device_buffer<float, D>(dev, n), device_buffer<float, D>(dev, n), 0};
+    }
+
+    void step(const layer& l, state_type<cpu>& s, float lr, const parallel_options& exec = {}) const;
+
+private:
+    options_type options_;
+};
+
+// ================================================ implementation ================================================
+
+HITCH_OPTIM_STRICT_FP_BEGIN
+namespace detail {
+
+struct lamb_scalars {
+    float b1, b2, c1, c2, eps, bc1, bc2, wd;
+};
+
+/// r for one element from the updated m and v (shared by both passes, so they agree bit for bit).
+template <bool Decay>
+inline float lamb_direction(float w, float m, float v, const lamb_scalars& k) {
+    HITCH_OPTIM_STRICT_FP_SCOPE
+    const float mh = m / k.bc1;
+    const float vh = v / k.bc2;
+    float r = std::sqrt(vh);
+    r = r + k.eps;
+    r = mh / r;
+    if constexpr (Decay) {
+        const float t5 = k.wd * w;
+        r = r + t5;
+    }
+    return r;
+}
+
+/// Pass 1 over [b, e) (a whole number of norm blocks but the last): moments, and per-block sums of w^2 and r^2.
+template <bool Decay>
+void lamb_moments(const float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
+                  std::size_t b, std::size_t e, const lamb_scalars& k, double* sw, double* sr) {
+    HITCH_OPTIM_STRICT_FP_SCOPE
+    for (std::size_t blk = b; blk < e; blk += norm_block) {
+        const std::size_t end = std::min(e, blk + norm_block);
+        std::array<double, norm_lanes> lw{}, lr{};
+        std::size_t i = blk;
+        const auto one = [&](std::size_t idx, std::size_t lane) {
+            const float t1 = k.b1 * m[idx];
+            const float t2 = k.c1 * g[idx];
+            const float mi = t1 + t2;
+            m[idx] = mi;
+            const float g2 = g[idx] * g[idx];
+            const float t3 = k.b2 * v[idx];
+            const float t4 = k.c2 * g2;
+            const float vi = t3 + t4;
+            v[idx] = vi;
+            const float r = lamb_direction<Decay>(w[idx], mi, vi, k);
+            const double wd = static_cast<double>(w[idx]);
+            const double rd = static_cast<double>(r);
+            lw[lane] += wd * wd;
+            lr[lane] += rd * rd;
+        };
+        for (; i + norm_lanes <= end; i += norm_lanes)
+            for (std::size_t j = 0; j < norm_lanes; ++j) one(i + j, j);
+        for (std::size_t j = 0; i < end; ++i, ++j) one(i, j);
+        sw[blk / norm_block] = combine_lanes(lw);
+        sr[blk / norm_block] = combine_lanes(lr);
+    }
+}
+
+/// Pass 2 over [b, e): w = w - k * r.
+template <bool Decay>
+void lamb_apply(float* __restrict w, const float* __restrict m, const float* __restrict v, std::size_t n,
+                const lamb_scalars& k, float rate) {
+    HITCH_OPTIM_STRICT_FP_SCOPE
+    for (std::size_t i = 0; i < n; ++i) {
+        const float r = lamb_direction<Decay>(w[i], m[i], v[i], k);
+        const float u = rate * r;
+        w[i] = w[i] - u;
+    }
+}
+
+}  // namespace detail
+
+inline void lamb::step(const layer& l, state_type<cpu>& s, float lr, const parallel_options& exec) const {
+    HITCH_OPTIM_STRICT_FP_SCOPE
+    detail::check_step("hitch::optim::lamb", l, {s.m.size(), s.v.size()}, lr);
+    const std::uint64_t t = s.steps + 1;
+    detail::lamb_scalars k{};
+    k.b1 = options_.beta1;
+    k.b2 = options_.beta2;
+    k.c1 = 1.0f - options_.beta1;
+    k.c2 = 1.0f - options_.beta2;
+    k.eps = options_.epsilon;
+    k.bc1 = options_.bias_correction ? static_cast<float>(1.0 - detail::power(options_.beta1, t)) : 1.0f;
+    k.bc2 = options_.bias_correction ? static_cast<float>(1.0 - detail::power(options_.beta2, t)) : 1.0f;
+    k.wd = l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay;
+    const bool decay = k.wd != 0.0f;
+    const std::size_t n = l.size();
+    float* w = l.params.data();
+    const float* g = l.grads.data();
+    float* m = s.m.data();
+    float* v = s.v.data();
+
+    const std::size_t blocks = (n + detail::norm_block - 1) / detail::norm_block;
+    std::vector<double> sw(blocks, 0.0), sr(blocks, 0.0);
+    parallel_options pass1 = exec;
+    pass1.align = detail::norm_block;
+    parallel_for(n, [&](std::size_t b, std::size_t e) {
+        if (decay) detail::lamb_moments<true>(w, g, m, v, b, e, k, sw.data(), sr.data());
+        else detail::lamb_moments<false>(w, g, m, v, b, e, k, sw.data(), sr.data());
+    }, pass1);
+    double sum_w = 0.0, sum_r = 0.0;
+    for (std::size_t b = 0; b < blocks; ++b) {
+        sum_w += sw[b];
+        sum_r += sr[b];
+    }
+    const float wn = detail::norm_from_sum(sum_w);
+    const float rn = detail::norm_from_sum(sum_r);
+    const float trust = (l.flags.exclude_from_adaptation || !(wn > 0.0f) || !(rn > 0.0f)) ? 1.0f : wn / rn;
+    const float rate = lr * trust;
+    parallel_for(n, [&](std::size_t b, std::size_t e) {
+        if (decay) detail::lamb_apply<true>(w + b, m + b, v + b, e - b, k, rate);
+        else detail::lamb_apply<false>(w + b, m + b, v + b, e - b, k, rate);
+    }, exec);
+    s.steps = t;
+}
+HITCH_OPTIM_STRICT_FP_END
+
+static_assert(optimizer<lamb>, "hitch::optim::lamb must model hitch::optimizer");
+
+}  // namespace hitch::optim
