@@ -1,0 +1,141 @@
+#pragma once
+// What every codec shares: the public encode/decode entry points for any floating element type, built on a
+// codec's float kernels (float is the fast path; half, bfloat16 and double buckets go through a float buffer),
+// the state of codecs without state, and the checks on buckets.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "hitch/compress/wire.hpp"
+#include "hitch/core/dtype.hpp"
+#include "hitch/core/error.hpp"
+#include "hitch/core/tensor.hpp"
+
+namespace hitch::compress {
+
+/// The state of a codec that keeps none: just the bucket size it was made for (checked on load).
+struct empty_state {
+    std::size_t count = 0;
+};
+
+namespace detail {
+
+template <class T>
+void require_host(const tensor_view<T>& v, std::string_view who) {
+    if (!v.on_host())
+        throw config_error(hitch::detail::concat(who, ": the bucket is in ", name(v.space()),
+                                                 " memory; the host codecs need host memory"));
+}
+
+/// `in` as floats: the span itself for float, else converted into `scratch`.
+template <class T>
+[[nodiscard]] std::span<const float> as_floats(tensor_view<T> in, std::vector<float>& scratch) {
+    using U = std::remove_const_t<T>;
+    if constexpr (std::is_same_v<U, float>) {
+        return {in.data(), in.size()};
+    } else {
+        scratch.resize(in.size());
+        for (std::size_t i = 0; i < in.size(); ++i) scratch[i] = static_cast<float>(in[i]);
+        return scratch;
+    }
+}
+
+/// Stores float values into a bucket of any floating type: out = v, or out += v (in float arithmetic).
+template <bool Add, class T>
+void store_floats(std::span<const float> v, tensor_view<T> out) {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if constexpr (Add) out[i] = T(static_cast<float>(out[i]) + v[i]);
+        else out[i] = T(v[i]);
+    }
+}
+
+/// Throws non_finite_error for a bucket holding NaN or inf (found by a reduction the codec computes anyway).
+[[noreturn]] inline void throw_non_finite(std::string_view who, std::string_view what = "the bucket") {
+    throw non_finite_error(hitch::detail::concat(
+        who, ": ", what,
+        " holds NaN or an infinity; nothing was changed (skip the step, e.g. with the loss scaler, or find the "
+        "source)"));
+}
+
+template <class T>
+inline constexpr bool is_float_v = std::is_same_v<std::remove_const_t<T>, float>;
+
+/// The public encode / decode / decode_add of a codec, for every floating element type. Derived provides
+///   static constexpr std::uint8_t codec_id; static constexpr std::string_view who;
+///   std::size_t encode_floats(std::span<const float>, state&, std::vector<std::byte>&, dtype) const;
+///   template <bool Add> void decode_floats(const wire::message_view&, std::span<float>) const;
+template <class Derived>
+class codec_base {
+public:
+    /// Encodes `in` into `bytes` (resized to the message) and returns the message's size in bytes.
+    template <class T, class State>
+        requires floating_element<std::remove_const_t<T>>
+    std::size_t encode(tensor_view<T> in, State& state, std::vector<std::byte>& bytes) const {
+        require_host(in, Derived::who);
+        check_state_size(state, in.size());
+        std::vector<float> scratch;
+        return self().encode_floats(as_floats(in, scratch), state, bytes, dtype_of<std::remove_const_t<T>>());
+    }
+
+    /// out = the decoded message.
+    template <class T>
+        requires floating_element<T>
+    void decode(std::span<const std::byte> bytes, tensor_view<T> out) const {
+        decode_any<false>(bytes, out);
+    }
+    /// acc += the decoded message.
+    template <class T>
+        requires floating_element<T>
+    void decode_add(std::span<const std::byte> bytes, tensor_view<T> acc) const {
+        decode_any<true>(bytes, acc);
+    }
+
+protected:
+    template <bool Add, class T>
+    void decode_any(std::span<const std::byte> bytes, tensor_view<T> out) const {
+        require_host(out, Derived::who);
+        const wire::message_view m = wire::open(bytes, {Derived::who, Derived::codec_id});
+        wire::expect_count(m, out.size(), Derived::who);
+        if constexpr (std::is_same_v<T, float>) {
+            self().template decode_floats<Add>(m, std::span<float>(out.data(), out.size()));
+        } else {
+            std::vector<float> scratch(out.size());
+            self().template decode_floats<false>(m, scratch);
+            store_floats<Add>(scratch, out);
+        }
+    }
+
+    template <class State>
+    static void check_state_size(const State& state, std::size_t n) {
+        if constexpr (requires { state.count; }) {
+            if (state.count != n)
+                throw config_error(hitch::detail::concat(Derived::who, ": the state was made for a bucket of ",
+                                                         state.count, " elements, the bucket has ", n));
+        }
+    }
+
+    [[nodiscard]] const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
+};
+
+/// Saves / loads the state of a codec without state (only the size travels, and is checked).
+template <std::uint8_t Id>
+void save_empty_state(const empty_state& s, std::vector<std::byte>& blob) {
+    wire::seal_state(blob, Id, s.count, {});
+}
+template <std::uint8_t Id>
+void load_empty_state(std::span<const std::byte> blob, empty_state& s, std::string_view who) {
+    const wire::message_view m = wire::open_state(blob, Id, s.count, who);
+    if (!m.payload.empty()) wire::corrupt(who, "a state blob of a stateless codec carries a payload");
+}
+
+/// ceil(a / b) for b > 0.
+[[nodiscard]] constexpr std::size_t ceil_div(std::size_t a, std::size_t b) noexcept { return a / b + (a % b != 0); }
+
+}  // namespace detail
+}  // namespace hitch::compress
