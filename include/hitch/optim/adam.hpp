@@ -19,6 +19,7 @@
 //   AMSGrad: vmax = max(vmax, v) (vmax if equal), r = sqrt(vmax);  else r = sqrt(v);
 //   r = r / q;  r = r + eps;  u = m / r;  u = a * u;  w = w - u
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -31,6 +32,7 @@
 #include "hitch/device/buffer.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/detail/checks.hpp"
+#include "hitch/optim/detail/sqrt.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
 #include "hitch/optim/layer.hpp"
 
@@ -121,40 +123,54 @@ template <bool Decoupled, bool Decay, bool Amsgrad>
 void adam_kernel(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
                  float* __restrict vmax, std::size_t n, adam_scalars k) {
     HITCH_OPTIM_STRICT_FP_SCOPE
-    for (std::size_t i = 0; i < n; ++i) {
-        float p = w[i];
-        float d = g[i];
-        if constexpr (Decay) {
-            if constexpr (Decoupled) {
-                p = p * k.decay;
+    // Tiles: moments and radicands first, square roots (detail/sqrt.hpp), then the weights; see the file comment
+    // for the operation order, which the tiling does not change.
+    alignas(64) float root[sqrt_tile];
+    alignas(64) float decayed[sqrt_tile];
+    for (std::size_t base = 0; base < n; base += sqrt_tile) {
+        const std::size_t len = std::min(sqrt_tile, n - base);
+        float* __restrict wt = w + base;
+        const float* __restrict gt = g + base;
+        float* __restrict mt = m + base;
+        float* __restrict vt = v + base;
+        for (std::size_t i = 0; i < len; ++i) {
+            float p = wt[i];
+            float d = gt[i];
+            if constexpr (Decay) {
+                if constexpr (Decoupled) {
+                    p = p * k.decay;
+                } else {
+                    const float t0 = k.wd * p;
+                    d = d + t0;
+                }
+            }
+            decayed[i] = p;
+            d = k.scale * d;
+            const float t1 = k.b1 * mt[i];
+            const float t2 = k.c1 * d;
+            mt[i] = t1 + t2;
+            const float d2 = d * d;
+            const float t3 = k.b2 * vt[i];
+            const float t4 = k.c2 * d2;
+            const float vi = t3 + t4;
+            vt[i] = vi;
+            if constexpr (Amsgrad) {
+                float* __restrict vmt = vmax + base;
+                const float vm = vmt[i] < vi ? vi : vmt[i];
+                vmt[i] = vm;
+                root[i] = vm;
             } else {
-                const float t0 = k.wd * p;
-                d = d + t0;
+                root[i] = vi;
             }
         }
-        d = k.scale * d;
-        const float t1 = k.b1 * m[i];
-        const float t2 = k.c1 * d;
-        const float mi = t1 + t2;
-        m[i] = mi;
-        const float d2 = d * d;
-        const float t3 = k.b2 * v[i];
-        const float t4 = k.c2 * d2;
-        const float vi = t3 + t4;
-        v[i] = vi;
-        float r;
-        if constexpr (Amsgrad) {
-            const float vm = vmax[i] < vi ? vi : vmax[i];
-            vmax[i] = vm;
-            r = std::sqrt(vm);
-        } else {
-            r = std::sqrt(vi);
+        sqrt_in_place(root, len);
+        for (std::size_t i = 0; i < len; ++i) {
+            float r = root[i] / k.bc2_sqrt;
+            r = r + k.eps;
+            float u = mt[i] / r;
+            u = k.step_size * u;
+            wt[i] = decayed[i] - u;
         }
-        r = r / k.bc2_sqrt;
-        r = r + k.eps;
-        float u = mi / r;
-        u = k.step_size * u;
-        w[i] = p - u;
     }
 }
 

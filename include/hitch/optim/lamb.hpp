@@ -13,10 +13,11 @@
 // Per layer step, in double, rounded once to float: bc1 = 1 - b1^t, bc2 = 1 - b2^t (both 1 without bias
 // correction). In float: c1 = 1 - b1, c2 = 1 - b2. Per element, in float, each operation rounded on its own:
 //   t1 = b1 * m;  t2 = c1 * g;  m = t1 + t2;   g2 = g * g;  t3 = b2 * v;  t4 = c2 * g2;  v = t3 + t4;
-//   mh = m / bc1;  vh = v / bc2;  r = sqrt(vh);  r = r + eps;  r = mh / r;   decay: t5 = wd * w;  r = r + t5
+//   vh = v / bc2;  q = sqrt(vh);  mh = m / bc1;  r = q + eps;  r = mh / r;   decay: t5 = wd * w;  r = r + t5
 // Norms: sums of squares in double in the order of hitch/optim/detail/norm.hpp, sqrt in double, rounded to float.
 // Trust ratio, in float: trust = ||w|| / ||r||; then k = lr * trust and, per element, u = k * r;  w = w - u.
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -31,6 +32,7 @@
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/detail/checks.hpp"
 #include "hitch/optim/detail/norm.hpp"
+#include "hitch/optim/detail/sqrt.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
 #include "hitch/optim/layer.hpp"
 
@@ -92,14 +94,12 @@ struct lamb_scalars {
     float b1, b2, c1, c2, eps, bc1, bc2, wd;
 };
 
-/// r for one element from the updated m and v (shared by both passes, so they agree bit for bit).
+/// r for one element from m, the square root of v / bc2, and w (shared by both passes, so they agree bit for bit).
 template <bool Decay>
-inline float lamb_direction(float w, float m, float v, const lamb_scalars& k) {
+inline float lamb_direction(float m, float root, float w, const lamb_scalars& k) {
     HITCH_OPTIM_STRICT_FP_SCOPE
     const float mh = m / k.bc1;
-    const float vh = v / k.bc2;
-    float r = std::sqrt(vh);
-    r = r + k.eps;
+    float r = root + k.eps;
     r = mh / r;
     if constexpr (Decay) {
         const float t5 = k.wd * w;
@@ -108,48 +108,75 @@ inline float lamb_direction(float w, float m, float v, const lamb_scalars& k) {
     return r;
 }
 
-/// Pass 1 over [b, e) (a whole number of norm blocks but the last): moments, and per-block sums of w^2 and r^2.
+/// Pass 1 over [b, e) (whole norm blocks but the last): moments, and per-block sums of w^2 and r^2. Works in
+/// tiles so the square roots vectorise (detail/sqrt.hpp); tiles start on multiples of 16 inside a block, so
+/// element i of a tile goes to lane i % 16.
 template <bool Decay>
 void lamb_moments(const float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
                   std::size_t b, std::size_t e, const lamb_scalars& k, double* sw, double* sr) {
     HITCH_OPTIM_STRICT_FP_SCOPE
+    alignas(64) float root[sqrt_tile];
+    alignas(64) float dir[sqrt_tile];
     for (std::size_t blk = b; blk < e; blk += norm_block) {
-        const std::size_t end = std::min(e, blk + norm_block);
+        const std::size_t blk_end = std::min(e, blk + norm_block);
         std::array<double, norm_lanes> lw{}, lr{};
-        std::size_t i = blk;
-        const auto one = [&](std::size_t idx, std::size_t lane) {
-            const float t1 = k.b1 * m[idx];
-            const float t2 = k.c1 * g[idx];
-            const float mi = t1 + t2;
-            m[idx] = mi;
-            const float g2 = g[idx] * g[idx];
-            const float t3 = k.b2 * v[idx];
-            const float t4 = k.c2 * g2;
-            const float vi = t3 + t4;
-            v[idx] = vi;
-            const float r = lamb_direction<Decay>(w[idx], mi, vi, k);
-            const double wd = static_cast<double>(w[idx]);
-            const double rd = static_cast<double>(r);
-            lw[lane] += wd * wd;
-            lr[lane] += rd * rd;
-        };
-        for (; i + norm_lanes <= end; i += norm_lanes)
-            for (std::size_t j = 0; j < norm_lanes; ++j) one(i + j, j);
-        for (std::size_t j = 0; i < end; ++i, ++j) one(i, j);
+        for (std::size_t base = blk; base < blk_end; base += sqrt_tile) {
+            const std::size_t len = std::min(sqrt_tile, blk_end - base);
+            const float* __restrict wt = w + base;
+            const float* __restrict gt = g + base;
+            float* __restrict mt = m + base;
+            float* __restrict vt = v + base;
+            for (std::size_t i = 0; i < len; ++i) {
+                const float t1 = k.b1 * mt[i];
+                const float t2 = k.c1 * gt[i];
+                mt[i] = t1 + t2;
+                const float g2 = gt[i] * gt[i];
+                const float t3 = k.b2 * vt[i];
+                const float t4 = k.c2 * g2;
+                const float vi = t3 + t4;
+                vt[i] = vi;
+                root[i] = vi / k.bc2;
+            }
+            sqrt_in_place(root, len);
+            for (std::size_t i = 0; i < len; ++i) dir[i] = lamb_direction<Decay>(mt[i], root[i], wt[i], k);
+            std::size_t i = 0;
+            for (; i + norm_lanes <= len; i += norm_lanes)
+                for (std::size_t j = 0; j < norm_lanes; ++j) {
+                    const double x = static_cast<double>(wt[i + j]);
+                    const double y = static_cast<double>(dir[i + j]);
+                    lw[j] += x * x;
+                    lr[j] += y * y;
+                }
+            for (std::size_t j = 0; i < len; ++i, ++j) {
+                const double x = static_cast<double>(wt[i]);
+                const double y = static_cast<double>(dir[i]);
+                lw[j] += x * x;
+                lr[j] += y * y;
+            }
+        }
         sw[blk / norm_block] = combine_lanes(lw);
         sr[blk / norm_block] = combine_lanes(lr);
     }
 }
 
-/// Pass 2 over [b, e): w = w - k * r.
+/// Pass 2 over [0, n): w = w - rate * r, with r recomputed from the stored m and v.
 template <bool Decay>
 void lamb_apply(float* __restrict w, const float* __restrict m, const float* __restrict v, std::size_t n,
                 const lamb_scalars& k, float rate) {
     HITCH_OPTIM_STRICT_FP_SCOPE
-    for (std::size_t i = 0; i < n; ++i) {
-        const float r = lamb_direction<Decay>(w[i], m[i], v[i], k);
-        const float u = rate * r;
-        w[i] = w[i] - u;
+    alignas(64) float root[sqrt_tile];
+    for (std::size_t base = 0; base < n; base += sqrt_tile) {
+        const std::size_t len = std::min(sqrt_tile, n - base);
+        float* __restrict wt = w + base;
+        const float* __restrict mt = m + base;
+        const float* __restrict vt = v + base;
+        for (std::size_t i = 0; i < len; ++i) root[i] = vt[i] / k.bc2;
+        sqrt_in_place(root, len);
+        for (std::size_t i = 0; i < len; ++i) {
+            const float r = lamb_direction<Decay>(mt[i], root[i], wt[i], k);
+            const float u = rate * r;
+            wt[i] = wt[i] - u;
+        }
     }
 }
 

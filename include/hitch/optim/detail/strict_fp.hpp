@@ -5,6 +5,7 @@
 // GNU mode), so the kernels sit between HITCH_OPTIM_STRICT_FP_BEGIN/END, which turn contraction off for the
 // functions defined there; clang contracts only inside one expression, which the kernels avoid, and
 // HITCH_OPTIM_STRICT_FP_SCOPE turns it off inside a function body as well. Vectorisation is unaffected.
+// Square roots go through hitch/optim/detail/sqrt.hpp, which vectorises them without -fno-math-errno.
 
 #if defined(__clang__)
 #define HITCH_OPTIM_STRICT_FP_BEGIN

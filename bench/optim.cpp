@@ -1,0 +1,317 @@
+// hitch-bench-optim: times one step of each optimizer on a model with ResNet-50's parameter tensors
+// (25,557,032 floats), next to a memory-bandwidth pass a[i] = b[i] + s * c[i] and naive unfused versions (one pass
+// over memory per arithmetic step), on 1 and 2 threads.
+//
+//   hitch-bench-optim [--json] [--repeats N] [--threads 1,2]
+//
+// Achieved bandwidth counts the bytes each update must move per parameter:
+//   sgd 12 (read w, g; write w)          momentum 20 (read w, g, b; write w, b)
+//   adam, adamw 28 (read w, g, m, v; write w, m, v)
+//   lars<momentum> 28 (norm pass reads w, g: 8; update pass 20)
+//   lamb 40 (pass 1 reads w, g, m, v, writes m, v: 24; pass 2 reads w, m, v, writes w: 16)
+// and the bound is the best bandwidth of the triad pass (12 bytes per element) over the thread counts run.
+// --json prints one object per line:
+//   {"bench":"optim","impl":"adam","params":25557032,"threads":2,"median_ms":...,"GBs":...,"bound_GBs":...,
+//    "fraction":...}
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hitch/core/parallel.hpp"
+#include "hitch/device/buffer.hpp"
+#include "hitch/device/cpu.hpp"
+#include "hitch/optim/adam.hpp"
+#include "hitch/optim/adamw.hpp"
+#include "hitch/optim/lamb.hpp"
+#include "hitch/optim/lars.hpp"
+#include "hitch/optim/model_optimizer.hpp"
+#include "hitch/optim/momentum.hpp"
+#include "hitch/optim/sgd.hpp"
+
+namespace {
+
+namespace optim = hitch::optim;
+
+struct tensor_shape {
+    std::string name;
+    std::size_t size;
+    bool bias_or_norm;
+};
+
+/// ResNet-50 (He et al. 2016, torchvision's layout): every parameter tensor, in order.
+std::vector<tensor_shape> resnet50_tensors() {
+    std::vector<tensor_shape> t;
+    auto conv = [&](const std::string& name, std::size_t in, std::size_t out, std::size_t k) {
+        t.push_back({name + ".weight", out * in * k * k, false});
+    };
+    auto bn = [&](const std::string& name, std::size_t c) {
+        t.push_back({name + ".weight", c, true});
+        t.push_back({name + ".bias", c, true});
+    };
+    conv("conv1", 3, 64, 7);
+    bn("bn1", 64);
+    std::size_t in = 64;
+    const std::size_t widths[] = {64, 128, 256, 512};
+    const int blocks[] = {3, 4, 6, 3};
+    for (int s = 0; s < 4; ++s) {
+        const std::size_t width = widths[s], out = width * 4;
+        for (int b = 0; b < blocks[s]; ++b) {
+            const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
+            conv(p + ".conv1", in, width, 1);
+            bn(p + ".bn1", width);
+            conv(p + ".conv2", width, width, 3);
+            bn(p + ".bn2", width);
+            conv(p + ".conv3", width, out, 1);
+            bn(p + ".bn3", out);
+            if (b == 0) {
+                conv(p + ".downsample.0", in, out, 1);
+                bn(p + ".downsample.1", out);
+            }
+            in = out;
+        }
+    }
+    t.push_back({"fc.weight", 2048 * 1000, false});
+    t.push_back({"fc.bias", 1000, true});
+    return t;
+}
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Median seconds of `repeats` runs of fn after one warm-up run.
+double time_median(int repeats, const std::function<void()>& fn) {
+    fn();
+    std::vector<double> t;
+    for (int r = 0; r < repeats; ++r) {
+        const double start = now_s();
+        fn();
+        t.push_back(now_s() - start);
+    }
+    return median(t);
+}
+
+// ---- naive unfused updates: one pass over memory per arithmetic step, as a tensor library without fusion does ----
+struct naive_ops {
+    hitch::parallel_options exec;
+    template <class F>
+    void each(std::size_t n, F f) const {
+        hitch::parallel_for(n, [&](std::size_t b, std::size_t e) {
+            for (std::size_t i = b; i < e; ++i) f(i);
+        }, exec);
+    }
+    void scale(float* x, float a, std::size_t n) const { each(n, [=](std::size_t i) { x[i] = a * x[i]; }); }
+    void axpy(float* y, float a, const float* x, std::size_t n) const {
+        each(n, [=](std::size_t i) { y[i] = y[i] + a * x[i]; });
+    }
+    void mul(float* out, const float* x, const float* y, std::size_t n) const {
+        each(n, [=](std::size_t i) { out[i] = x[i] * y[i]; });
+    }
+    void copy(float* out, const float* x, std::size_t n) const { each(n, [=](std::size_t i) { out[i] = x[i]; }); }
+    void sqrt_to(float* out, const float* x, std::size_t n) const {
+        // vectorised square roots, as a tensor library's sqrt kernel would be
+        hitch::parallel_for(n, [&](std::size_t b, std::size_t e) {
+            for (std::size_t i = b; i < e; ++i) out[i] = x[i];
+            hitch::optim::detail::sqrt_in_place(out + b, e - b);
+        }, exec);
+    }
+    void add_scalar(float* x, float a, std::size_t n) const { each(n, [=](std::size_t i) { x[i] = x[i] + a; }); }
+    void div(float* out, const float* x, const float* y, std::size_t n) const {
+        each(n, [=](std::size_t i) { out[i] = x[i] / y[i]; });
+    }
+};
+
+struct result {
+    std::string impl;
+    std::size_t threads;
+    double median_ms;
+    double bytes;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool json = false;
+    int repeats = 7;
+    std::vector<std::size_t> thread_counts = {1, 2};
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--json") {
+            json = true;
+        } else if (a == "--repeats" && i + 1 < argc) {
+            repeats = std::max(1, std::atoi(argv[++i]));
+        } else if (a == "--threads" && i + 1 < argc) {
+            thread_counts.clear();
+            std::string list = argv[++i];
+            for (std::size_t pos = 0; pos <= list.size();) {
+                const std::size_t comma = std::min(list.find(',', pos), list.size());
+                thread_counts.push_back(static_cast<std::size_t>(std::max(1, std::atoi(list.substr(pos, comma - pos).c_str()))));
+                pos = comma + 1;
+            }
+        } else {
+            std::fprintf(stderr, "usage: %s [--json] [--repeats N] [--threads 1,2]\n", argv[0]);
+            return a == "--help" ? 0 : 2;
+        }
+    }
+
+    const auto tensors = resnet50_tensors();
+    std::size_t total = 0;
+    for (const auto& t : tensors) total += t.size;
+    if (total != 25557032) {
+        std::fprintf(stderr, "internal error: the ResNet-50 layout has %zu parameters, not 25557032\n", total);
+        return 1;
+    }
+    const std::size_t n = total;
+    hitch::cpu dev;
+    hitch::device_buffer<float, hitch::cpu> params(dev, n), grads(dev, n), extra(dev, n);
+    for (std::size_t i = 0; i < n; ++i) {
+        params.data()[i] = 0.01f * static_cast<float>(static_cast<int>(i % 2001) - 1000) / 1000.0f;
+        grads.data()[i] = 0.001f * static_cast<float>(static_cast<int>((i * 7) % 1999) - 999) / 999.0f;
+    }
+    std::vector<optim::layer> layers;
+    std::size_t offset = 0;
+    for (const auto& t : tensors) {
+        layers.push_back({t.name, params.view().subview(offset, t.size), grads.view().subview(offset, t.size),
+                          t.bias_or_norm ? optim::layer_flags::bias_or_norm() : optim::layer_flags{}});
+        offset += t.size;
+    }
+
+    const std::size_t pool_size = *std::max_element(thread_counts.begin(), thread_counts.end());
+    hitch::thread_pool pool(pool_size);
+    std::vector<result> results;
+
+    for (const std::size_t threads : thread_counts) {
+        const hitch::parallel_options exec{.threads = threads, .pool = &pool};
+        // Memory-bandwidth pass: a = b + s * c over three model-sized arrays (12 bytes per element counted).
+        {
+            float* a = extra.data();
+            const float* b = params.data();
+            const float* c = grads.data();
+            const float s = 0.5f;
+            const double t = time_median(repeats, [&] {
+                hitch::parallel_for(n, [&](std::size_t begin, std::size_t end) {
+                    for (std::size_t i = begin; i < end; ++i) a[i] = b[i] + s * c[i];
+                }, exec);
+            });
+            results.push_back({"triad", threads, t * 1e3, 12.0 * static_cast<double>(n)});
+        }
+        // options wrapped with their optimizer type, so one generic lambda times them all
+        auto run = [&](const std::string& impl, auto options, double bytes_per_param) {
+            using O = typename decltype(options)::outer;
+            optim::model_optimizer<O> opt(options.value, layers, exec);
+            // Small rates keep the parameters in range over all the repeats.
+            const double t = time_median(repeats, [&] { opt.step(1e-6f); });
+            results.push_back({impl, threads, t * 1e3, bytes_per_param * static_cast<double>(n)});
+        };
+        struct sgd_o { using outer = optim::sgd; optim::sgd::options_type value; };
+        struct mom_o { using outer = optim::momentum; optim::momentum::options_type value; };
+        struct adam_o { using outer = optim::adam; optim::adam::options_type value; };
+        struct adamw_o { using outer = optim::adamw; optim::adamw::options_type value; };
+        struct lars_o { using outer = optim::lars_sgd; optim::lars_sgd::options_type value; };
+        struct lamb_o { using outer = optim::lamb; optim::lamb::options_type value; };
+        run("sgd", sgd_o{{.weight_decay = 1e-4f}}, 12);
+        run("momentum", mom_o{{.momentum = 0.9f, .weight_decay = 1e-4f}}, 20);
+        run("adam", adam_o{{}}, 28);
+        run("adamw", adamw_o{{.weight_decay = 1e-2f}}, 28);
+        run("lars", lars_o{{.base = {.momentum = 0.9f}, .weight_decay = 5e-4f}}, 28);
+        run("lamb", lamb_o{{.weight_decay = 1e-2f}}, 40);
+
+        // Naive unfused versions, same update rules, one pass per arithmetic step (bytes counted as for the fused).
+        const naive_ops ops{exec};
+        {
+            // sgd: d = wd * w; d += g; w -= lr * d
+            hitch::device_buffer<float, hitch::cpu> d(dev, n);
+            const double t = time_median(repeats, [&] {
+                for (const auto& l : layers) {
+                    float* dd = d.data() + (l.params.data() - params.data());
+                    ops.copy(dd, l.params.data(), l.size());
+                    ops.scale(dd, 1e-4f, l.size());
+                    ops.axpy(dd, 1.0f, l.grads.data(), l.size());
+                    ops.axpy(l.params.data(), -1e-6f, dd, l.size());
+                }
+            });
+            results.push_back({"sgd_naive", threads, t * 1e3, 12.0 * static_cast<double>(n)});
+        }
+        {
+            // momentum: b *= mu; b += g; w -= lr * b
+            hitch::device_buffer<float, hitch::cpu> b(dev, n);
+            const double t = time_median(repeats, [&] {
+                for (const auto& l : layers) {
+                    float* bb = b.data() + (l.params.data() - params.data());
+                    ops.scale(bb, 0.9f, l.size());
+                    ops.axpy(bb, 1.0f, l.grads.data(), l.size());
+                    ops.axpy(l.params.data(), -1e-6f, bb, l.size());
+                }
+            });
+            results.push_back({"momentum_naive", threads, t * 1e3, 20.0 * static_cast<double>(n)});
+        }
+        {
+            // adam: m *= b1; m += c1 g; v *= b2; q = g * g; v += c2 q; q = sqrt(v); q *= 1/bc2; q += eps;
+            //       q = m / q; w -= step * q
+            hitch::device_buffer<float, hitch::cpu> m(dev, n), v(dev, n), q(dev, n);
+            const double t = time_median(repeats, [&] {
+                for (const auto& l : layers) {
+                    const std::ptrdiff_t o = l.params.data() - params.data();
+                    float *mm = m.data() + o, *vv = v.data() + o, *qq = q.data() + o;
+                    const std::size_t k = l.size();
+                    ops.scale(mm, 0.9f, k);
+                    ops.axpy(mm, 0.1f, l.grads.data(), k);
+                    ops.scale(vv, 0.999f, k);
+                    ops.mul(qq, l.grads.data(), l.grads.data(), k);
+                    ops.axpy(vv, 0.001f, qq, k);
+                    ops.sqrt_to(qq, vv, k);
+                    ops.scale(qq, 1.0f / 0.0447f, k);
+                    ops.add_scalar(qq, 1e-8f, k);
+                    ops.div(qq, mm, qq, k);
+                    ops.axpy(l.params.data(), -1e-6f, qq, k);
+                }
+            });
+            results.push_back({"adam_naive", threads, t * 1e3, 28.0 * static_cast<double>(n)});
+        }
+    }
+
+    double bound = 0;
+    for (const auto& r : results)
+        if (r.impl == "triad") bound = std::max(bound, r.bytes / (r.median_ms * 1e-3) / 1e9);
+    if (!json) {
+        std::printf("hitch-bench-optim: %zu parameters in %zu ResNet-50 tensors, median of %d runs\n", n,
+                    tensors.size(), repeats);
+        std::printf("bound: best triad bandwidth a = b + s*c: %.2f GB/s\n\n", bound);
+        std::printf("%-16s %7s %10s %8s %9s\n", "impl", "threads", "median_ms", "GB/s", "fraction");
+    }
+    for (const auto& r : results) {
+        const double gbs = r.bytes / (r.median_ms * 1e-3) / 1e9;
+        if (json)
+            std::printf("{\"bench\":\"optim\",\"impl\":\"%s\",\"params\":%zu,\"threads\":%zu,\"median_ms\":%.3f,"
+                        "\"GBs\":%.3f,\"bound_GBs\":%.3f,\"fraction\":%.3f}\n",
+                        r.impl.c_str(), n, r.threads, r.median_ms, gbs, bound, gbs / bound);
+        else
+            std::printf("%-16s %7zu %10.2f %8.2f %9.3f\n", r.impl.c_str(), r.threads, r.median_ms, gbs, gbs / bound);
+    }
+    if (!json) {
+        std::printf("\nfusion speed-up (naive ms / fused ms):");
+        for (const char* impl : {"sgd", "momentum", "adam"})
+            for (const auto& f : results)
+                if (f.impl == impl)
+                    for (const auto& u : results)
+                        if (u.impl == std::string(impl) + "_naive" && u.threads == f.threads)
+                            std::printf("  %s x%zu: %.2f", impl, f.threads, u.median_ms / f.median_ms);
+        std::printf("\n");
+    }
+    return 0;
+}
