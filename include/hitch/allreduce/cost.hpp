@@ -1,0 +1,85 @@
+#pragma once
+// The alpha-beta-gamma cost model (Hockney 1994; as used by Thakur, Rabenseifner & Gropp 2005): sending a message
+// of m bytes costs alpha + m * beta, combining m bytes costs m * gamma. A schedule's cost for p ranks and n bytes is
+//
+//     T(p, n) = latency_terms * alpha + bandwidth_bytes * beta + reduced_bytes * gamma
+//
+// where the three coefficients are counted along the critical path. Each schedule also states what the busiest
+// rank sends (messages and bytes), which tests check against an instrumented communicator.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "hitch/core/options.hpp"
+
+namespace hitch::allreduce {
+
+/// The machine constants of the model, in seconds and seconds per byte.
+struct cost_constants {
+    double alpha_s = 5e-6;              ///< per-message latency
+    double beta_s_per_byte = 1e-10;     ///< per byte moved between two ranks (1 / bandwidth)
+    double gamma_s_per_byte = 1e-10;    ///< per byte combined by a reduce op
+    /// The communicator's own all-reduce (allreduce::native), fitted as native_alpha + n * native_beta.
+    /// Negative when the communicator has none or it was not measured.
+    double native_alpha_s = -1.0;
+    double native_beta_s_per_byte = -1.0;
+
+    void validate() const {
+        option_validator("hitch::allreduce::cost_constants")
+            .open("alpha_s", alpha_s, 0.0, 1.0)
+            .open("beta_s_per_byte", beta_s_per_byte, 0.0, 1e-3)
+            .open("gamma_s_per_byte", gamma_s_per_byte, 0.0, 1e-3);
+    }
+    [[nodiscard]] bool has_native() const noexcept { return native_alpha_s >= 0.0 && native_beta_s_per_byte >= 0.0; }
+
+    friend bool operator==(const cost_constants&, const cost_constants&) = default;
+};
+
+/// A schedule's cost for one call: coefficients of alpha, beta and gamma on the critical path, and what the
+/// busiest rank sends.
+struct cost_estimate {
+    double latency_terms = 0;     ///< multiplies alpha (sequential message rounds)
+    double bandwidth_bytes = 0;   ///< multiplies beta
+    double reduced_bytes = 0;     ///< multiplies gamma
+    double sent_messages = 0;     ///< messages sent by the busiest rank
+    double sent_bytes = 0;        ///< bytes sent by the busiest rank
+
+    [[nodiscard]] double seconds(const cost_constants& k) const noexcept {
+        return latency_terms * k.alpha_s + bandwidth_bytes * k.beta_s_per_byte + reduced_bytes * k.gamma_s_per_byte;
+    }
+};
+
+/// The communicator's own all-reduce as measured (cost_constants::native_*), in alpha and beta units so that
+/// seconds(k) reproduces native_alpha + n * native_beta.
+[[nodiscard]] inline cost_estimate native_cost(std::size_t n_bytes, const cost_constants& k) noexcept {
+    cost_estimate c;
+    if (!k.has_native() || k.alpha_s <= 0 || k.beta_s_per_byte <= 0) return c;
+    c.latency_terms = k.native_alpha_s / k.alpha_s;
+    c.bandwidth_bytes = static_cast<double>(n_bytes) * k.native_beta_s_per_byte / k.beta_s_per_byte;
+    return c;
+}
+
+namespace detail {
+
+using hitch::detail::concat;
+
+/// floor(log2(p)) for p >= 1.
+[[nodiscard]] constexpr int floor_log2(int p) noexcept {
+    int l = 0;
+    while ((2 << l) <= p) ++l;
+    return l;
+}
+/// The largest power of two <= p (p >= 1).
+[[nodiscard]] constexpr int floor_pow2(int p) noexcept { return 1 << floor_log2(p); }
+/// ceil(log2(p)) for p >= 1.
+[[nodiscard]] constexpr int ceil_log2(int p) noexcept { return floor_pow2(p) == p ? floor_log2(p) : floor_log2(p) + 1; }
+
+/// Number of segments of at most `segment` bytes that `bytes` is cut into (0 for 0 bytes).
+[[nodiscard]] constexpr double segments(double bytes, double segment) noexcept {
+    if (bytes <= 0) return 0;
+    return std::ceil(bytes / segment);
+}
+
+}  // namespace detail
+}  // namespace hitch::allreduce

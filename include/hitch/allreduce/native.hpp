@@ -1,0 +1,139 @@
+#pragma once
+// hitch::allreduce::native: the communicator's own all-reduce — MPI_Allreduce on comm::mpi's MPI communicator.
+// The only schedule that depends on MPI, so it lives apart: hitch.hpp and the other schedules never include
+// <mpi.h>. On a communicator without a native collective (comm::local) it does not compile (it models
+// allreduce_schedule<native, comm::mpi> only), rather than failing at run time.
+//
+// float and double sums use MPI_SUM; min and max use user-defined ops (so NaN propagates as in the other
+// schedules); half and bfloat16 travel as 16-bit words combined by user-defined ops in float. An average is an
+// MPI sum divided by p on every rank. When the call's agreement check passed, every rank is known to have entered
+// this call and the blocking MPI_Allreduce is used; otherwise MPI_Iallreduce is polled against the deadline (a
+// timed-out MPI collective cannot be cancelled: the communicator is then unusable, as in MPI itself).
+//
+// Cost: native_alpha + n native_beta as measured by automatic's calibration; without measurements, MPICH's
+// long-message algorithm (Rabenseifner's).
+
+#include <mpi.h>
+
+#include <array>
+#include <climits>
+#include <cstddef>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "hitch/allreduce/automatic.hpp"
+#include "hitch/allreduce/cost.hpp"
+#include "hitch/allreduce/rabenseifner.hpp"
+#include "hitch/allreduce/reduce_op.hpp"
+#include "hitch/allreduce/transport.hpp"
+#include "hitch/comm/local.hpp"
+#include "hitch/comm/mpi.hpp"
+#include "hitch/concepts/allreduce_schedule.hpp"
+#include "hitch/core/deadline.hpp"
+#include "hitch/core/error.hpp"
+
+namespace hitch::allreduce {
+
+template <>
+struct has_native_allreduce<comm::mpi> : std::true_type {};
+
+namespace detail {
+
+/// MPI user function: inout = op(in, inout), in the accumulation type.
+template <floating_element T, reduce_op Op>
+void mpi_user_op(void* in, void* inout, int* len, MPI_Datatype*) {
+    const auto* a = static_cast<const T*>(in);
+    auto* b = static_cast<T*>(inout);
+    combine(b, a, b, static_cast<std::size_t>(*len), Op);
+}
+
+template <floating_element T>
+[[nodiscard]] MPI_Datatype mpi_type() noexcept {
+    if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+    else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+    else return MPI_UINT16_T;  // half and bfloat16 travel as 16-bit words
+}
+
+/// The MPI op for T and op (created once, on first use).
+template <floating_element T>
+[[nodiscard]] MPI_Op mpi_op(reduce_op op) {
+    constexpr bool builtin_sum = std::is_same_v<T, float> || std::is_same_v<T, double>;
+    if (builtin_sum && (op == reduce_op::sum || op == reduce_op::average)) return MPI_SUM;
+    static std::once_flag once;
+    static std::array<MPI_Op, 3> ops{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+    std::call_once(once, [] {
+        comm::detail::mpi_check(MPI_Op_create(&mpi_user_op<T, reduce_op::sum>, 1, &ops[0]), "MPI_Op_create");
+        comm::detail::mpi_check(MPI_Op_create(&mpi_user_op<T, reduce_op::min>, 1, &ops[1]), "MPI_Op_create");
+        comm::detail::mpi_check(MPI_Op_create(&mpi_user_op<T, reduce_op::max>, 1, &ops[2]), "MPI_Op_create");
+    });
+    switch (op) {
+        case reduce_op::min: return ops[1];
+        case reduce_op::max: return ops[2];
+        default: return ops[0];
+    }
+}
+
+}  // namespace detail
+
+class native {
+public:
+    struct options {
+        void validate() const {}
+    };
+
+    static constexpr std::string_view name = "native";
+
+    native() = default;
+    explicit native(const options&) {}
+
+    [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& k) const {
+        if (k.has_native()) return native_cost(n_bytes, k);
+        return rabenseifner{}.cost(p, n_bytes, k);
+    }
+
+    template <floating_element T>
+    void run(transport<comm::mpi>& t, std::span<T> data, reduce_op op) const {
+        const int p = t.size();
+        if (p <= 1 || data.empty()) return;
+        const MPI_Comm c = t.comm().native_handle();
+        const MPI_Datatype type = detail::mpi_type<T>();
+        const MPI_Op mop = detail::mpi_op<T>(op);
+        constexpr std::size_t piece = std::size_t{1} << 30;  // MPI counts are int
+        for (std::size_t off = 0; off < data.size(); off += piece) {
+            const int count = static_cast<int>(std::min(piece, data.size() - off));
+            void* buffer = data.data() + off;
+            if (t.agreed()) {
+                comm::detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, buffer, count, type, mop, c), "MPI_Allreduce");
+                continue;
+            }
+            MPI_Request request = MPI_REQUEST_NULL;
+            comm::detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buffer, count, type, mop, c, &request), "MPI_Iallreduce");
+            int code = MPI_SUCCESS;
+            const bool done = poll_until(t.limit(), [&] {
+                int flag = 0;
+                code = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+                return code != MPI_SUCCESS || flag != 0;
+            });
+            comm::detail::mpi_check(code, "MPI_Iallreduce");
+            if (!done)
+                throw timeout_error("hitch::allreduce::native MPI_Iallreduce",
+                                    hitch::detail::concat(count, " x ", name_of(dtype_of<T>()), " on rank ", t.rank(),
+                                                          " (an MPI collective cannot be cancelled; the communicator "
+                                                          "is unusable now)"),
+                                    t.limit().waited());
+        }
+        if (op == reduce_op::average) divide(data.data(), data.size(), p);
+    }
+
+private:
+    static std::string_view name_of(dtype d) noexcept { return hitch::name(d); }
+};
+
+static_assert(hitch::allreduce_schedule<native, comm::mpi>,
+              "hitch::allreduce::native must model hitch::allreduce_schedule on comm::mpi");
+static_assert(!hitch::allreduce_schedule<native, comm::local>,
+              "hitch::allreduce::native must be unavailable on comm::local, which has no all-reduce of its own");
+
+}  // namespace hitch::allreduce

@@ -1,0 +1,150 @@
+#pragma once
+// Reduce operations and the element-wise kernels every schedule uses to combine buffers.
+//
+// 16-bit types (half, bfloat16) are combined in float: each combination converts its operands to float, applies
+// the op (and, for the final combination of an average, the division by the world size) and rounds once to the
+// 16-bit type. A combination of k operands at once (a tree node with two children, a parameter-server shard)
+// accumulates all k in float and rounds once. Partial results that travel between ranks are in the element type.
+//
+// min and max propagate NaN from either operand (as torch.min/max do); sum propagates it by IEEE arithmetic.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "hitch/core/dtype.hpp"
+
+namespace hitch::allreduce {
+
+/// How contributions are combined. `average` is a sum divided by the number of ranks.
+enum class reduce_op : std::uint8_t { sum = 0, average = 1, min = 2, max = 3 };
+
+[[nodiscard]] constexpr std::string_view name(reduce_op op) noexcept {
+    switch (op) {
+        case reduce_op::sum: return "sum";
+        case reduce_op::average: return "average";
+        case reduce_op::min: return "min";
+        case reduce_op::max: return "max";
+    }
+    return "invalid-op";
+}
+
+[[nodiscard]] constexpr bool is_valid(reduce_op op) noexcept { return static_cast<std::uint8_t>(op) <= 3; }
+
+/// The type arithmetic happens in: float for float, half and bfloat16; double for double.
+template <floating_element T>
+using accumulate_t = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, double>, double, float>;
+
+namespace detail {
+
+/// One combination, left operand first. min/max keep a NaN from either side.
+template <class A>
+[[nodiscard]] constexpr A apply(reduce_op op, A left, A right) noexcept {
+    switch (op) {
+        case reduce_op::sum:
+        case reduce_op::average: return left + right;
+        case reduce_op::min: return (left < right || left != left) ? left : right;
+        case reduce_op::max: return (right < left || left != left) ? left : right;
+    }
+    return left;
+}
+
+template <class T, class A>
+[[nodiscard]] constexpr T from_accumulator(A value) noexcept {
+    if constexpr (std::is_same_v<T, A>) return value;
+    else return T(value);
+}
+
+/// Loops specialised per op so each vectorises; `divide` applies the average's division before rounding.
+template <reduce_op Op, bool Divide, class T>
+void combine_loop(T* dst, const T* left, const T* right, std::size_t n, accumulate_t<T> divisor) noexcept {
+    using A = accumulate_t<T>;
+    for (std::size_t i = 0; i < n; ++i) {
+        A v = apply<A>(Op, static_cast<A>(left[i]), static_cast<A>(right[i]));
+        if constexpr (Divide) v = v / divisor;
+        dst[i] = from_accumulator<T>(v);
+    }
+}
+
+template <bool Divide, class T>
+void combine_dispatch(T* dst, const T* left, const T* right, std::size_t n, reduce_op op,
+                      accumulate_t<T> divisor) noexcept {
+    switch (op) {
+        case reduce_op::sum:
+        case reduce_op::average: return combine_loop<reduce_op::sum, Divide>(dst, left, right, n, divisor);
+        case reduce_op::min: return combine_loop<reduce_op::min, Divide>(dst, left, right, n, divisor);
+        case reduce_op::max: return combine_loop<reduce_op::max, Divide>(dst, left, right, n, divisor);
+    }
+}
+
+}  // namespace detail
+
+/// dst[i] = op(left[i], right[i]), then divided by `divisor` when it is not 1 (the last combination of an
+/// average). dst may alias left or right. 16-bit types are combined in float and rounded once.
+template <floating_element T>
+void combine(T* dst, const T* left, const T* right, std::size_t n, reduce_op op, int divisor = 1) noexcept {
+    using A = accumulate_t<T>;
+    if (n == 0) return;
+    if (divisor != 1 && op == reduce_op::average)
+        detail::combine_dispatch<true>(dst, left, right, n, op, static_cast<A>(divisor));
+    else
+        detail::combine_dispatch<false>(dst, left, right, n, op, A(1));
+}
+
+/// dst[i] = op(...op(op(src[0][i], src[1][i]), src[2][i])..., src[k-1][i]) accumulated in accumulate_t<T> and
+/// rounded once; divided by `divisor` first when it is not 1 and op is average. dst may alias any source.
+template <floating_element T>
+void combine_many(T* dst, const T* const* sources, std::size_t k, std::size_t n, reduce_op op,
+                  int divisor = 1) noexcept {
+    using A = accumulate_t<T>;
+    if (n == 0 || k == 0) return;
+    const bool divide = divisor != 1 && op == reduce_op::average;
+    if (k == 1) {
+        if (divide) {
+            for (std::size_t i = 0; i < n; ++i)
+                dst[i] = detail::from_accumulator<T>(static_cast<A>(sources[0][i]) / static_cast<A>(divisor));
+        } else if (dst != sources[0]) {
+            std::copy(sources[0], sources[0] + n, dst);
+        }
+        return;
+    }
+    if (k == 2) return combine(dst, sources[0], sources[1], n, op, divisor);
+    constexpr std::size_t block = 1024;  // accumulate a block in registers/L1, then round once
+    A acc[block];
+    for (std::size_t base = 0; base < n; base += block) {
+        const std::size_t m = std::min(block, n - base);
+        for (std::size_t i = 0; i < m; ++i) acc[i] = static_cast<A>(sources[0][base + i]);
+        for (std::size_t s = 1; s < k; ++s) {
+            const T* src = sources[s] + base;
+            switch (op) {
+                case reduce_op::sum:
+                case reduce_op::average:
+                    for (std::size_t i = 0; i < m; ++i) acc[i] = acc[i] + static_cast<A>(src[i]);
+                    break;
+                case reduce_op::min:
+                    for (std::size_t i = 0; i < m; ++i) acc[i] = detail::apply<A>(reduce_op::min, acc[i], static_cast<A>(src[i]));
+                    break;
+                case reduce_op::max:
+                    for (std::size_t i = 0; i < m; ++i) acc[i] = detail::apply<A>(reduce_op::max, acc[i], static_cast<A>(src[i]));
+                    break;
+            }
+        }
+        if (divide)
+            for (std::size_t i = 0; i < m; ++i) acc[i] = acc[i] / static_cast<A>(divisor);
+        for (std::size_t i = 0; i < m; ++i) dst[base + i] = detail::from_accumulator<T>(acc[i]);
+    }
+}
+
+/// Divides every element by `divisor` (rounding once): an average whose sum was completed elsewhere.
+template <floating_element T>
+void divide(T* data, std::size_t n, int divisor) noexcept {
+    using A = accumulate_t<T>;
+    if (divisor == 1) return;
+    for (std::size_t i = 0; i < n; ++i) data[i] = detail::from_accumulator<T>(static_cast<A>(data[i]) / static_cast<A>(divisor));
+}
+
+}  // namespace hitch::allreduce
