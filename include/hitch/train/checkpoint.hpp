@@ -1,0 +1,242 @@
+#pragma once
+// Checkpoint files: named sections of bytes, each checksummed, written atomically.
+//
+//   "HITCHCKP"                 8 bytes, magic
+//   u32 version                1
+//   u32 byte-order mark        0x01020304 as written by the saving host
+//   u32 section count
+//   per section: u32 name length, name, u64 payload length, u32 CRC32C of the payload, payload
+//   u32 CRC32C of every byte above
+//
+// checkpoint_writer::commit writes "<path>.tmp-<pid>-<n>", flushes it to disk, then renames it over <path> and
+// syncs the directory, so a crash during a save leaves the previous checkpoint intact. checkpoint_reader reads the
+// whole file and checks everything (magic, version, byte order, lengths, every checksum) before any section is
+// handed out: a corrupt or truncated file is corrupt_message_error naming the file and what is wrong.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "hitch/compress/detail/crc32c.hpp"
+#include "hitch/core/error.hpp"
+
+namespace hitch::train {
+
+inline constexpr char checkpoint_magic[8] = {'H', 'I', 'T', 'C', 'H', 'C', 'K', 'P'};
+inline constexpr std::uint32_t checkpoint_version = 1;
+
+namespace detail {
+
+using hitch::detail::concat;
+inline constexpr std::uint32_t checkpoint_byte_order = 0x01020304u;
+inline constexpr std::uint32_t max_section_name = 4096;
+
+[[nodiscard]] inline std::uint32_t crc(std::span<const std::byte> bytes) {
+    return compress::detail::crc32c().update(bytes).value();
+}
+
+template <class T>
+void put(std::vector<std::byte>& out, T value) {
+    const auto* p = reinterpret_cast<const std::byte*>(&value);
+    out.insert(out.end(), p, p + sizeof(T));
+}
+
+/// Writes all of `bytes` to `fd`, retrying short writes; throws comm_error-free hitch::error on failure.
+inline void write_all(int fd, std::span<const std::byte> bytes, const std::string& path) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw error(concat("hitch::train::checkpoint: writing ", path, " failed: ", std::strerror(errno)));
+        }
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+}  // namespace detail
+
+/// Collects named sections and writes them to a file atomically.
+class checkpoint_writer {
+public:
+    /// Adds (or replaces) a section.
+    void add(std::string name, std::vector<std::byte> bytes) {
+        if (name.empty() || name.size() > detail::max_section_name)
+            throw config_error(detail::concat("hitch::train::checkpoint_writer: section name '", name,
+                                              "' must have 1 to ", detail::max_section_name, " bytes"));
+        sections_[std::move(name)] = std::move(bytes);
+    }
+    /// Adds a section from whatever `write(std::ostream&)` produces (e.g. an optimizer's save()).
+    template <class Write>
+    void add_stream(std::string name, Write&& write) {
+        std::ostringstream s(std::ios::binary);
+        write(s);
+        const std::string text = std::move(s).str();
+        const auto* p = reinterpret_cast<const std::byte*>(text.data());
+        add(std::move(name), std::vector<std::byte>(p, p + text.size()));
+    }
+
+    [[nodiscard]] std::vector<std::byte> serialize() const {
+        std::vector<std::byte> out;
+        out.insert(out.end(), reinterpret_cast<const std::byte*>(checkpoint_magic),
+                   reinterpret_cast<const std::byte*>(checkpoint_magic) + sizeof(checkpoint_magic));
+        detail::put(out, checkpoint_version);
+        detail::put(out, detail::checkpoint_byte_order);
+        detail::put(out, static_cast<std::uint32_t>(sections_.size()));
+        for (const auto& [name, bytes] : sections_) {
+            detail::put(out, static_cast<std::uint32_t>(name.size()));
+            out.insert(out.end(), reinterpret_cast<const std::byte*>(name.data()),
+                       reinterpret_cast<const std::byte*>(name.data()) + name.size());
+            detail::put(out, static_cast<std::uint64_t>(bytes.size()));
+            detail::put(out, detail::crc(bytes));
+            out.insert(out.end(), bytes.begin(), bytes.end());
+        }
+        detail::put(out, detail::crc(out));
+        return out;
+    }
+
+    /// Writes the checkpoint to `path` atomically: a crash at any point leaves either the old or the new file.
+    void commit(const std::filesystem::path& path) const {
+        const std::vector<std::byte> bytes = serialize();
+        static std::atomic<unsigned> counter{0};
+        const std::filesystem::path temp =
+            path.string() + detail::concat(".tmp-", ::getpid(), "-", counter.fetch_add(1));
+        const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0)
+            throw error(detail::concat("hitch::train::checkpoint: cannot create ", temp.string(), ": ",
+                                       std::strerror(errno)));
+        try {
+            detail::write_all(fd, bytes, temp.string());
+            if (::fsync(fd) != 0)
+                throw error(detail::concat("hitch::train::checkpoint: fsync of ", temp.string(), " failed: ",
+                                           std::strerror(errno)));
+        } catch (...) {
+            ::close(fd);
+            std::error_code ignored;
+            std::filesystem::remove(temp, ignored);
+            throw;
+        }
+        ::close(fd);
+        std::error_code ec;
+        std::filesystem::rename(temp, path, ec);
+        if (ec) {
+            std::filesystem::remove(temp, ec);
+            throw error(detail::concat("hitch::train::checkpoint: cannot rename ", temp.string(), " to ",
+                                       path.string(), ": ", ec.message()));
+        }
+        const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+        const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            ::fsync(dfd);  // make the rename itself durable
+            ::close(dfd);
+        }
+    }
+
+private:
+    std::map<std::string, std::vector<std::byte>> sections_;
+};
+
+/// Reads and fully validates a checkpoint file; then hands out its sections.
+class checkpoint_reader {
+public:
+    explicit checkpoint_reader(const std::filesystem::path& path) : path_(path.string()) {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) throw error(detail::concat("hitch::train::checkpoint: cannot open ", path_));
+        in.seekg(0, std::ios::end);
+        const std::streamoff size = in.tellg();
+        in.seekg(0);
+        bytes_.resize(static_cast<std::size_t>(size));
+        in.read(reinterpret_cast<char*>(bytes_.data()), size);
+        if (!in) throw error(detail::concat("hitch::train::checkpoint: cannot read ", path_));
+        parse();
+    }
+    /// From bytes already in memory (`what` names them in errors).
+    checkpoint_reader(std::vector<std::byte> bytes, std::string what) : path_(std::move(what)), bytes_(std::move(bytes)) {
+        parse();
+    }
+
+    [[nodiscard]] bool has(std::string_view name) const { return sections_.find(std::string(name)) != sections_.end(); }
+    /// The section's bytes; a missing section is mismatch_error (the checkpoint is of another configuration).
+    [[nodiscard]] std::span<const std::byte> section(std::string_view name) const {
+        const auto it = sections_.find(std::string(name));
+        if (it == sections_.end())
+            throw mismatch_error(detail::concat("hitch::train::checkpoint: ", path_, " has no section '", name,
+                                                "' (it was written by another configuration)"));
+        return {bytes_.data() + it->second.first, it->second.second};
+    }
+    /// The section as a stream, for loaders that read streams (e.g. an optimizer's load()).
+    [[nodiscard]] std::istringstream stream(std::string_view name) const {
+        const auto s = section(name);
+        return std::istringstream(std::string(reinterpret_cast<const char*>(s.data()), s.size()), std::ios::binary);
+    }
+    [[nodiscard]] std::vector<std::string> names() const {
+        std::vector<std::string> out;
+        for (const auto& [name, where] : sections_) out.push_back(name);
+        return out;
+    }
+    [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+private:
+    [[noreturn]] void corrupt(std::string_view what) const {
+        throw corrupt_message_error(detail::concat("hitch::train::checkpoint: ", path_, " is corrupt: ", what));
+    }
+    template <class T>
+    T take(std::size_t& at) const {
+        if (bytes_.size() - at < sizeof(T)) corrupt(detail::concat("truncated at byte ", at));
+        T value;
+        std::memcpy(&value, bytes_.data() + at, sizeof(T));
+        at += sizeof(T);
+        return value;
+    }
+    void parse() {
+        if (bytes_.size() < sizeof(checkpoint_magic) + 16) corrupt(detail::concat("only ", bytes_.size(), " bytes"));
+        if (std::memcmp(bytes_.data(), checkpoint_magic, sizeof(checkpoint_magic)) != 0)
+            corrupt("bad magic (not a hitch checkpoint)");
+        const std::size_t body = bytes_.size() - sizeof(std::uint32_t);
+        std::uint32_t stored = 0;
+        std::memcpy(&stored, bytes_.data() + body, sizeof(stored));
+        if (detail::crc(std::span<const std::byte>(bytes_.data(), body)) != stored) corrupt("file checksum mismatch");
+        std::size_t at = sizeof(checkpoint_magic);
+        if (const auto v = take<std::uint32_t>(at); v != checkpoint_version)
+            corrupt(detail::concat("version ", v, ", this build reads version ", checkpoint_version));
+        if (take<std::uint32_t>(at) != detail::checkpoint_byte_order) corrupt("written on a host of another byte order");
+        const auto count = take<std::uint32_t>(at);
+        for (std::uint32_t i = 0; i < count; ++i) {
+            const auto name_len = take<std::uint32_t>(at);
+            if (name_len == 0 || name_len > detail::max_section_name || body - at < name_len)
+                corrupt(detail::concat("section ", i, " has a bad name length"));
+            std::string name(reinterpret_cast<const char*>(bytes_.data() + at), name_len);
+            at += name_len;
+            const auto length = take<std::uint64_t>(at);
+            const auto crc = take<std::uint32_t>(at);
+            if (length > body - at) corrupt(detail::concat("section '", name, "' runs past the end of the file"));
+            const std::span<const std::byte> payload(bytes_.data() + at, static_cast<std::size_t>(length));
+            if (detail::crc(payload) != crc) corrupt(detail::concat("section '", name, "' checksum mismatch"));
+            if (!sections_.emplace(name, std::make_pair(at, static_cast<std::size_t>(length))).second)
+                corrupt(detail::concat("section '", name, "' appears twice"));
+            at += static_cast<std::size_t>(length);
+        }
+        if (at != body) corrupt(detail::concat(body - at, " unexpected bytes after the last section"));
+    }
+
+    std::string path_;
+    std::vector<std::byte> bytes_;
+    std::map<std::string, std::pair<std::size_t, std::size_t>> sections_;
+};
+
+}  // namespace hitch::train

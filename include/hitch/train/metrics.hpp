@@ -1,0 +1,68 @@
+#pragma once
+// Per-step metrics as JSON lines, one object per step and rank:
+//   {"step":12,"epoch":0,"rank":1,"loss":0.41,"accuracy":null,"lr":0.1,"loss_scale":65536,"skipped":false,
+//    "bytes_sent":1048576,"comm_ms":3.2,"compute_ms":11.9}
+// data_parallel fills what it knows (step, rank, lr, loss scale, skipped, bytes, times); the training loop adds
+// loss, accuracy and epoch. The library writes only to streams the caller hands it.
+
+#include <cmath>
+#include <cstdint>
+#include <iomanip>
+#include <limits>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+
+namespace hitch::train {
+
+struct step_metrics {
+    std::uint64_t step = 0;
+    std::uint64_t epoch = 0;
+    int rank = 0;
+    std::optional<double> loss;
+    std::optional<double> accuracy;
+    double lr = 0.0;
+    double loss_scale = 1.0;
+    bool skipped = false;
+    std::uint64_t bytes_sent = 0;
+    double comm_ms = 0.0;
+    double compute_ms = 0.0;
+
+    /// The record as one line of JSON (no trailing newline). Non-finite numbers are written as null.
+    [[nodiscard]] std::string to_json() const {
+        std::ostringstream s;
+        s << std::setprecision(std::numeric_limits<double>::max_digits10);
+        const auto number = [&](const char* key, std::optional<double> v) {
+            s << '"' << key << "\":";
+            if (v && std::isfinite(*v)) s << *v;
+            else s << "null";
+        };
+        s << "{\"step\":" << step << ",\"epoch\":" << epoch << ",\"rank\":" << rank << ',';
+        number("loss", loss);
+        s << ',';
+        number("accuracy", accuracy);
+        s << ',';
+        number("lr", lr);
+        s << ',';
+        number("loss_scale", loss_scale);
+        s << ",\"skipped\":" << (skipped ? "true" : "false") << ",\"bytes_sent\":" << bytes_sent << ',';
+        number("comm_ms", comm_ms);
+        s << ',';
+        number("compute_ms", compute_ms);
+        s << '}';
+        return s.str();
+    }
+};
+
+/// Appends records to a stream, one JSON object per line, flushed per record so a crash loses nothing written.
+class metrics_writer {
+public:
+    explicit metrics_writer(std::ostream& out) : out_(&out) {}
+    void write(const step_metrics& m) { *out_ << m.to_json() << '\n' << std::flush; }
+
+private:
+    std::ostream* out_;
+};
+
+}  // namespace hitch::train
