@@ -1,0 +1,178 @@
+#pragma once
+// amp::mixed_precision_optimizer<O, Low, C, D>: FP16 or BF16 model parameters with FP32 master weights
+// (Micikevicius et al. 2018, "Mixed Precision Training"). The model computes in Low; the optimizer keeps an FP32
+// copy of every parameter and steps that copy, then writes the rounded Low copy back:
+//
+//   g32 = float(g_low) * (1/S)                 unscale into FP32 (S the loss scale; 1 without scaling)
+//   all ranks agree: any inf/NaN anywhere?     yes: skip (nothing changes), S backs off; no: go on
+//   O.step(w32, g32, state, lr)                any optimizer, on the FP32 masters (LARS included: convert to
+//                                              FP32, apply LARS, convert back, as the large-batch literature does)
+//   w_low = Low(w32)                           round to nearest even
+//
+// Updates too small to change a Low value accumulate in the FP32 master instead of being lost, which is why the
+// master copy exists. Without loss scaling (common for BF16, whose range is FP32's) a non-finite gradient follows
+// the nonfinite policy instead: throw naming step, rank and layer, or skip on every rank.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hitch/amp/loss_scaler.hpp"
+#include "hitch/amp/nonfinite.hpp"
+#include "hitch/concepts/optimizer.hpp"
+#include "hitch/core/dtype.hpp"
+#include "hitch/core/error.hpp"
+#include "hitch/core/parallel.hpp"
+#include "hitch/device/buffer.hpp"
+#include "hitch/device/cpu.hpp"
+#include "hitch/optim/layer.hpp"
+#include "hitch/optim/model_optimizer.hpp"
+
+namespace hitch::amp {
+
+/// A model layer in low precision: parameters and gradient in Low (hitch::half or hitch::bfloat16).
+template <floating_element Low>
+struct low_precision_layer {
+    std::string name;
+    tensor_view<Low> params;
+    tensor_view<Low> grads;
+    optim::layer_flags flags{};
+};
+
+struct mixed_precision_options {
+    /// Scale the loss (FP16 needs it; BF16 usually does not).
+    bool loss_scaling = true;
+    loss_scaler_options scaler{};
+    /// Without loss scaling: what a non-finite gradient does.
+    nonfinite_policy nonfinite = nonfinite_policy::throw_error;
+    parallel_options execution{};
+
+    void validate() const {
+        scaler.validate();
+        execution.validate();
+    }
+};
+
+template <optimizer O, floating_element Low, agreement_group C = single_process, device D = cpu>
+    requires(!std::same_as<Low, float>)
+class mixed_precision_optimizer {
+public:
+    using optimizer_options = typename O::options_type;
+
+    mixed_precision_optimizer(const optimizer_options& options, std::vector<low_precision_layer<Low>> layers,
+                              C& group, const mixed_precision_options& mp = {})
+        requires std::same_as<D, cpu>
+        : mp_((mp.validate(), mp)),
+          low_(std::move(layers)),
+          masters_(make_masters(low_)),
+          optimizer_(options, master_layers(), mp_.execution),
+          scaler_(group, mp_.scaler),
+          guard_(group, {.policy = mp_.nonfinite, .execution = mp_.execution}) {}
+
+    mixed_precision_optimizer(const optimizer_options& options, std::vector<low_precision_layer<Low>> layers,
+                              const mixed_precision_options& mp = {})
+        requires std::same_as<C, single_process> && std::same_as<D, cpu>
+        : mp_((mp.validate(), mp)),
+          low_(std::move(layers)),
+          masters_(make_masters(low_)),
+          optimizer_(options, master_layers(), mp_.execution),
+          scaler_(own_, mp_.scaler),
+          guard_(own_, {.policy = mp_.nonfinite, .execution = mp_.execution}) {}
+
+    mixed_precision_optimizer(const mixed_precision_optimizer&) = delete;
+    mixed_precision_optimizer& operator=(const mixed_precision_optimizer&) = delete;
+
+    /// The factor to multiply the loss by before the backward pass (1 without loss scaling).
+    [[nodiscard]] float loss_scale() const noexcept { return mp_.loss_scaling ? scaler_.scale() : 1.0f; }
+
+    /// One training step after the backward pass (and any gradient all-reduce). Collective when C is a
+    /// communicator. Returns whether the step was applied; a skipped step leaves the Low parameters, the FP32
+    /// masters and the optimizer state bitwise unchanged.
+    bool step(float lr, std::uint64_t step_index) {
+        bool overflow = false;
+        for (std::size_t k = 0; k < low_.size(); ++k) {
+            const tensor_view<const Low> g = low_[k].grads.as_const();
+            if (mp_.loss_scaling) {
+                overflow |= scaler_.unscale(g, masters_[k].grads.view());
+            } else {
+                float* out = masters_[k].grads.data();
+                parallel_for(g.size(), [&](std::size_t b, std::size_t e) {
+                    for (std::size_t i = b; i < e; ++i) out[i] = static_cast<float>(g[i]);
+                }, mp_.execution);
+            }
+        }
+        if (mp_.loss_scaling) {
+            if (!scaler_.update(overflow)) return false;
+        } else if (!guard_.check(optimizer_.layers(), step_index)) {
+            return false;
+        }
+        optimizer_.step(lr);
+        for (std::size_t k = 0; k < low_.size(); ++k) {
+            const float* w = masters_[k].params.data();
+            Low* out = low_[k].params.data();
+            parallel_for(low_[k].params.size(), [&](std::size_t b, std::size_t e) {
+                for (std::size_t i = b; i < e; ++i) out[i] = Low(w[i]);
+            }, mp_.execution);
+        }
+        return true;
+    }
+
+    [[nodiscard]] std::size_t size() const noexcept { return low_.size(); }
+    /// Layer k's FP32 master weights.
+    [[nodiscard]] tensor_view<float> master(std::size_t k) const { return masters_.at(k).params.view(); }
+    /// Layer k's unscaled FP32 gradient of the last step.
+    [[nodiscard]] tensor_view<float> master_gradient(std::size_t k) const { return masters_.at(k).grads.view(); }
+    [[nodiscard]] const optim::model_optimizer<O, D>& inner() const noexcept { return optimizer_; }
+    [[nodiscard]] const loss_scaler<C>& scaler() const noexcept { return scaler_; }
+    [[nodiscard]] loss_scaler<C>& scaler() noexcept { return scaler_; }
+    [[nodiscard]] std::uint64_t skipped_steps() const noexcept {
+        return mp_.loss_scaling ? scaler_.state().skipped_steps : guard_.skipped();
+    }
+
+    /// Saves the optimizer state (hitch/optim/state_io.hpp). The FP32 masters are the model's true parameters:
+    /// checkpoint them with master(k).
+    void save(std::ostream& out) const { optimizer_.save(out); }
+    void load(std::istream& in) { optimizer_.load(in); }
+
+private:
+    struct master_copy {
+        device_buffer<float, D> params, grads;
+    };
+
+    static std::vector<master_copy> make_masters(const std::vector<low_precision_layer<Low>>& layers) {
+        std::vector<master_copy> out;
+        out.reserve(layers.size());
+        for (const auto& l : layers) {
+            if (l.params.size() != l.grads.size())
+                throw config_error(hitch::detail::concat("hitch::amp::mixed_precision_optimizer: layer '", l.name,
+                                                         "' has ", l.params.size(), " parameters but ",
+                                                         l.grads.size(), " gradient elements"));
+            if (!l.params.on_host() || !l.grads.on_host())
+                throw config_error(hitch::detail::concat("hitch::amp::mixed_precision_optimizer: layer '", l.name,
+                                                         "' must be in host memory"));
+            master_copy m{device_buffer<float, D>(optim::detail::default_cpu(), l.params.size()),
+                          device_buffer<float, D>(optim::detail::default_cpu(), l.params.size())};
+            for (std::size_t i = 0; i < l.params.size(); ++i) m.params.data()[i] = static_cast<float>(l.params[i]);
+            out.push_back(std::move(m));
+        }
+        return out;
+    }
+    std::vector<optim::layer> master_layers() const {
+        std::vector<optim::layer> out;
+        for (std::size_t k = 0; k < low_.size(); ++k)
+            out.push_back({low_[k].name, masters_[k].params.view(), masters_[k].grads.view(), low_[k].flags});
+        return out;
+    }
+
+    single_process own_{};
+    mixed_precision_options mp_;
+    std::vector<low_precision_layer<Low>> low_;
+    std::vector<master_copy> masters_;
+    optim::model_optimizer<O, D> optimizer_;
+    loss_scaler<C> scaler_;
+    gradient_guard<C> guard_;
+};
+
+}  // namespace hitch::amp
