@@ -102,16 +102,18 @@ concept residual_compressor =
         { x.encode_ef(g, r_in, r_out, s, bytes) } -> std::convertible_to<std::size_t>;
     };
 
-/// PowerSGD's protocol (Vogels et al. 2019): P = M Q summed over ranks, orthogonalised, Q = M^T P summed.
+/// PowerSGD's protocol (Vogels et al. 2019): P = M Q is summed over ranks and orthogonalised, Q = M^T P is summed,
+/// and the result is P Q^T. compute_p writes p_count(state) values (with the layers sent uncompressed riding along),
+/// compute_q reads their sum and writes q_count(state) values, finish_low_rank reads both sums.
 template <class X>
 concept low_rank_compressor =
-    compressor<X> && requires(const X& x, typename X::state& s, tensor_view<const float> in, tensor_view<float> out,
-                              std::span<float> buffer) {
-        { x.p_count(s) } -> std::convertible_to<std::size_t>;
-        { x.q_count(s) } -> std::convertible_to<std::size_t>;
+    compressor<X> && requires(const X& x, typename X::state& s, const typename X::state& cs, tensor_view<const float> in,
+                              tensor_view<float> out, std::span<float> buffer, std::span<const float> sum) {
+        { x.p_count(cs) } -> std::convertible_to<std::size_t>;
+        { x.q_count(cs) } -> std::convertible_to<std::size_t>;
         x.compute_p(in, s, buffer);
-        x.compute_q(buffer, s, buffer);
-        x.finish_low_rank(buffer, s, out);
+        x.compute_q(sum, s, buffer);
+        x.finish_low_rank(sum, sum, s, out);
     };
 
 }  // namespace hitch

@@ -1,0 +1,193 @@
+#pragma once
+// compress::dgc: Deep Gradient Compression (Lin, Han, Mao, Wang and Dally 2018, ICLR). Top-k sparsification with
+// the paper's four corrections, per bucket:
+//
+//   local gradient clipping   g <- g min(1, (c / sqrt(N)) / ||g||_2)    (c: clip_norm, N: ranks; off when c = 0)
+//   momentum correction       u <- m u + g;   v <- v + u                (Nesterov: u <- m (u + g); v <- v + u + g)
+//   sparsification            send v at the k largest |v| (k from the sparsity schedule), by sampled threshold
+//   momentum factor masking   v <- 0 and u <- 0 where sent
+//   warm-up                   sparsity 75%, 93.75%, 98.4375%, 99.6%, then the final (99.9%), each warm-up stage
+//                             lasting warmup_steps encodes (the paper: one epoch each over the first four epochs)
+//
+// The accumulated velocity v is DGC's own error feedback, so dgc must not be wrapped in error_feedback; momentum is
+// applied here, so pair dgc with plain SGD (the decoded message is the update direction).
+//
+// Bytes on the wire: as topk (32 + 8 + 4k + index varints); state: u and v (2n floats) and the step.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "hitch/compress/detail/codec.hpp"
+#include "hitch/compress/detail/random.hpp"
+#include "hitch/compress/detail/sparse.hpp"
+#include "hitch/compress/topk.hpp"
+#include "hitch/compress/wire.hpp"
+#include "hitch/concepts/compressor.hpp"
+#include "hitch/core/options.hpp"
+
+namespace hitch::compress {
+
+struct dgc_options {
+    /// Momentum m of the momentum correction.
+    double momentum = 0.9;
+    bool nesterov = false;
+    /// Density after the warm-up (the paper's 99.9% sparsity).
+    double final_density = 0.001;
+    /// Encodes per warm-up stage (0: no warm-up, the final density from the start).
+    std::uint64_t warmup_steps = 0;
+    /// Local clipping threshold c of the global gradient norm (0: no clipping) ...
+    double clip_norm = 0.0;
+    /// ... divided by sqrt(ranks), the number of workers N.
+    int ranks = 1;
+    double sample_fraction = 0.01;
+    std::size_t min_sample = 4096;
+    std::uint64_t seed = 0xd6c0de;
+
+    void validate() const {
+        option_validator("hitch::compress::dgc_options")
+            .half_open("momentum", momentum, 0.0, 1.0)
+            .open_closed("final_density", final_density, 0.0, 1.0)
+            .non_negative("clip_norm", clip_norm)
+            .at_least("ranks", ranks, 1)
+            .open_closed("sample_fraction", sample_fraction, 0.0, 1.0)
+            .at_least("min_sample", min_sample, std::size_t{16});
+    }
+};
+
+/// Deep Gradient Compression: momentum-corrected, clipped, masked top-k with a warm-up schedule.
+class dgc : public detail::codec_base<dgc> {
+public:
+    static constexpr std::uint8_t codec_id = codec_ids::dgc;
+    static constexpr std::string_view name = "dgc";
+    static constexpr std::string_view who = "hitch::compress::dgc";
+    static constexpr bool additive = false;
+    static constexpr bool needs_error_feedback = false;
+    static constexpr bool ring_compressible = false;
+    static constexpr bool own_error_feedback = true;
+
+    /// Densities of the warm-up stages: sparsity 75%, 93.75%, 98.4375%, 99.6%.
+    static constexpr std::array<double, 4> warmup_density = {0.25, 0.0625, 0.015625, 0.004};
+
+    using options = dgc_options;
+    struct state {
+        std::size_t count = 0;
+        std::uint64_t step = 0;
+        std::vector<float> u;  // momentum
+        std::vector<float> v;  // accumulated velocity (what has not been sent)
+        detail::sparse_selection selection;  // workspace
+        std::vector<float> scratch;          // workspace
+    };
+
+    dgc() = default;
+    explicit dgc(options o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+
+    [[nodiscard]] state make_state(std::size_t count) const {
+        return {count, 0, std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f), {}, {}};
+    }
+    /// The density the schedule gives at encode number `step`.
+    [[nodiscard]] double density(std::uint64_t step) const noexcept {
+        if (options_.warmup_steps == 0) return options_.final_density;
+        const std::uint64_t stage = step / options_.warmup_steps;
+        if (stage >= warmup_density.size()) return options_.final_density;
+        return std::max(warmup_density[stage], options_.final_density);
+    }
+    [[nodiscard]] std::size_t max_message_bytes(std::size_t n) const noexcept {
+        return wire::header_bytes + 8 + detail::selected_count(n, std::max(density(0), options_.final_density)) *
+                                            (4 + wire::varint_size(n));
+    }
+
+    std::size_t encode_floats(std::span<const float> g, state& s, std::vector<std::byte>& bytes, dtype type) const {
+        const std::size_t n = g.size();
+        if (s.u.size() != n || s.v.size() != n)
+            throw config_error(hitch::detail::concat(who, ": the state's vectors do not match the bucket of ", n));
+        // The norm pass also refuses non-finite gradients before the state changes.
+        double norm2 = 0.0;
+        {
+            double lanes[8] = {};
+            std::size_t i = 0;
+            for (; i + 8 <= n; i += 8)
+                for (std::size_t j = 0; j < 8; ++j) lanes[j] += static_cast<double>(g[i + j]) * g[i + j];
+            for (; i < n; ++i) lanes[0] += static_cast<double>(g[i]) * g[i];
+            for (double x : lanes) norm2 += x;
+        }
+        if (!std::isfinite(norm2)) detail::throw_non_finite(who);
+        float scale = 1.0f;
+        if (options_.clip_norm > 0.0) {
+            const double limit = options_.clip_norm / std::sqrt(static_cast<double>(options_.ranks));
+            const double norm = std::sqrt(norm2);
+            if (norm > limit) scale = static_cast<float>(limit / norm);
+        }
+        const auto m = static_cast<float>(options_.momentum);
+        float* u = s.u.data();
+        float* v = s.v.data();
+        if (options_.nesterov) {
+            for (std::size_t i = 0; i < n; ++i) {
+                const float gi = scale * g[i];
+                u[i] = m * (u[i] + gi);
+                v[i] += u[i] + gi;
+            }
+        } else {
+            for (std::size_t i = 0; i < n; ++i) {
+                u[i] = m * u[i] + scale * g[i];
+                v[i] += u[i];
+            }
+        }
+        const std::size_t k = detail::selected_count(n, density(s.step));
+        const detail::sampling how{options_.sample_fraction, options_.min_sample, 4};
+        if (!detail::topk_sampled(v, n, k, detail::draw_key(options_.seed, 0, s.step), how, s.selection, s.scratch))
+            detail::throw_non_finite(who, "the accumulated velocity");
+        ++s.step;
+        const std::size_t payload = detail::sparse_payload_bytes(s.selection);
+        wire::writer w(bytes, codec_id, type, n, payload);
+        detail::write_sparse(w.payload(), s.selection);
+        for (std::uint64_t i : s.selection.index) {  // momentum factor masking
+            u[i] = 0.0f;
+            v[i] = 0.0f;
+        }
+        return w.finish(payload);
+    }
+
+    template <bool Add>
+    void decode_floats(const wire::message_view& m, std::span<float> out) const {
+        detail::sparse_selection sel;
+        detail::read_sparse(m.payload, out.size(), who, sel);
+        detail::scatter<Add>(sel, out);
+    }
+
+    /// Blob payload: u64 step | n floats u | n floats v.
+    void save_state(const state& s, std::vector<std::byte>& blob) const {
+        std::vector<std::byte> body;
+        wire::put_scalar<std::uint64_t>(body, s.step);
+        wire::put_floats(body, s.u);
+        wire::put_floats(body, s.v);
+        wire::seal_state(blob, codec_id, s.count, body);
+    }
+    void load_state(std::span<const std::byte> blob, state& s) const {
+        const wire::message_view m = wire::open_state(blob, codec_id, s.count, who);
+        wire::reader r(m.payload, who);
+        const auto step = r.get<std::uint64_t>("step");
+        std::vector<float> u, v;
+        wire::get_floats(r, u, s.count, "momentum");
+        wire::get_floats(r, v, s.count, "velocity");
+        r.expect_end();
+        for (std::size_t i = 0; i < s.count; ++i)
+            if (!std::isfinite(u[i]) || !std::isfinite(v[i])) r.fail("the saved state holds NaN or an infinity");
+        s.step = step;
+        s.u = std::move(u);
+        s.v = std::move(v);
+    }
+
+private:
+    options options_{};
+};
+
+static_assert(compressor<dgc>, "compress::dgc must model hitch::compressor");
+
+}  // namespace hitch::compress

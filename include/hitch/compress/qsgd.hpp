@@ -1,0 +1,305 @@
+#pragma once
+// compress::qsgd: QSGD (Alistarh, Grubic, Li, Tomioka and Vojnovic 2017, "QSGD: Communication-efficient SGD via
+// gradient quantization and encoding"). Per group of d consecutive elements (the paper's "bucket size"), with
+// s levels and the group's 2-norm:
+//
+//   Q_s(v_i) = ||v||_2 sign(v_i) xi_i(v, s) / s,   xi_i = l + 1 with probability |v_i| s / ||v|| - l, else l,
+//   l = floor(|v_i| s / ||v||)
+//
+// an unbiased estimate (E[Q_s(v)] = v) with variance at most min(n / s^2, sqrt(n) / s) ||v||^2 (Lemma 3.1).
+// Each element's error is below one level, ||v|| / s. Levels and signs are sent in fixed width
+// (b = 1 + bit_width(s) bits each), or, as in the paper's Elias coding, as Elias-gamma codes of the gaps between
+// non-zero levels, each followed by its sign and the gamma code of the level.
+//
+// Bytes on the wire, fixed coding: 32 + 16 + 4G + ceil(n b / 8), G = number of groups.
+// Elias coding: 32 + 24 + 4G + ceil(sum over non-zero levels of (gamma(gap) + 1 + gamma(level)) / 8) where
+// gamma(x) = 2 bit_width(x) - 1 bits and gap = index - previous non-zero index (the first from -1).
+// Payload: u32 s | u8 coding | 3 zero bytes | u64 group size (0: one group) | G x f32 norms |
+//          fixed: the code stream | Elias: u64 count of non-zero levels, then the bit stream.
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "hitch/compress/detail/codec.hpp"
+#include "hitch/compress/detail/quantize.hpp"
+#include "hitch/compress/detail/random.hpp"
+#include "hitch/compress/wire.hpp"
+#include "hitch/concepts/compressor.hpp"
+#include "hitch/core/options.hpp"
+
+namespace hitch::compress {
+
+enum class qsgd_coding : std::uint8_t { fixed = 0, elias_gamma = 1 };
+
+struct qsgd_options {
+    /// s: quantisation levels of a magnitude (1: a sign and one level; 7: 4-bit codes; 127: 8-bit codes).
+    std::uint32_t levels = 7;
+    /// d: elements per norm (0: the whole bucket); a multiple of 8. The paper uses 512 and more.
+    std::size_t group_size = 512;
+    qsgd_coding coding = qsgd_coding::fixed;
+    /// Seeds the stochastic rounding (mixed with the state's stream, e.g. the rank, and step).
+    std::uint64_t seed = 0x95d5eed;
+
+    void validate() const {
+        option_validator("hitch::compress::qsgd_options")
+            .closed("levels", levels, std::uint32_t{1}, std::uint32_t{32767})
+            .require(group_size % 8 == 0, "group_size", group_size, "0 or a positive multiple of 8")
+            .require(coding == qsgd_coding::fixed || coding == qsgd_coding::elias_gamma, "coding",
+                     static_cast<int>(coding), "{0 (fixed), 1 (elias_gamma)}");
+    }
+};
+
+/// QSGD: stochastic quantisation to s levels of the group norm; unbiased.
+class qsgd : public detail::codec_base<qsgd> {
+public:
+    static constexpr std::uint8_t codec_id = codec_ids::qsgd;
+    static constexpr std::string_view name = "qsgd";
+    static constexpr std::string_view who = "hitch::compress::qsgd";
+    static constexpr bool additive = false;
+    static constexpr bool needs_error_feedback = false;
+    static constexpr bool ring_compressible = true;
+
+    using options = qsgd_options;
+    struct state {
+        std::size_t count = 0;
+        std::uint64_t step = 0;    // advances the random numbers every encode
+        std::uint64_t stream = 0;  // differs between ranks so their rounding is independent (the aggregation sets it)
+        std::vector<std::uint8_t> codes8;    // workspace
+        std::vector<std::uint16_t> codes16;  // workspace
+    };
+
+    qsgd() = default;
+    explicit qsgd(options o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+
+    [[nodiscard]] state make_state(std::size_t count) const { return {count, 0, 0, {}, {}}; }
+    /// Bits per fixed-width code.
+    [[nodiscard]] unsigned code_bits() const noexcept { return 1u + static_cast<unsigned>(std::bit_width(options_.levels)); }
+    [[nodiscard]] std::size_t groups(std::size_t n) const noexcept {
+        if (n == 0) return 0;
+        return options_.group_size == 0 ? 1 : detail::ceil_div(n, options_.group_size);
+    }
+    /// The exact size of a fixed-coding message for n elements.
+    [[nodiscard]] std::size_t message_bytes(std::size_t n) const noexcept {
+        return wire::header_bytes + 16 + 4 * groups(n) + detail::code_bytes(n, code_bits());
+    }
+    [[nodiscard]] std::size_t max_message_bytes(std::size_t n) const noexcept {
+        if (options_.coding == qsgd_coding::fixed) return message_bytes(n);
+        const std::size_t worst_bits = n * (detail::bit_writer::gamma_bits(n + 1) + 1 +
+                                            detail::bit_writer::gamma_bits(options_.levels));
+        return wire::header_bytes + 24 + 4 * groups(n) + (worst_bits + 7) / 8;
+    }
+
+    std::size_t encode_floats(std::span<const float> in, state& s, std::vector<std::byte>& bytes, dtype type) const {
+        return encode_impl<false>(in.data(), nullptr, nullptr, in.size(), s, bytes, type);
+    }
+
+    /// Encodes v = g + r_in; r_out = v - Q(v).
+    template <class T>
+        requires floating_element<std::remove_const_t<T>>
+    std::size_t encode_ef(tensor_view<T> g, std::span<const float> r_in, std::span<float> r_out, state& s,
+                          std::vector<std::byte>& bytes) const {
+        detail::require_host(g, who);
+        check_state_size(s, g.size());
+        std::vector<float> scratch;
+        const std::span<const float> in = detail::as_floats(g, scratch);
+        return encode_impl<true>(in.data(), r_in.data(), r_out.data(), in.size(), s, bytes,
+                                 dtype_of<std::remove_const_t<T>>());
+    }
+
+    template <bool Add>
+    void decode_floats(const wire::message_view& m, std::span<float> out) const {
+        const std::size_t n = out.size();
+        wire::reader r(m.payload, who);
+        const auto s = r.get<std::uint32_t>("levels");
+        const auto coding = r.get<std::uint8_t>("coding");
+        const auto pad0 = r.get<std::uint8_t>("padding");
+        const auto pad1 = r.get<std::uint16_t>("padding");
+        const auto group = r.get<std::uint64_t>("group size");
+        if (s < 1 || s > 32767) r.fail(hitch::detail::concat("levels ", s, " outside [1, 32767]"));
+        if (coding > 1) r.fail(hitch::detail::concat("coding ", int{coding}, " is neither fixed (0) nor Elias (1)"));
+        if (pad0 != 0 || pad1 != 0) r.fail("padding bytes are not zero");
+        if (group % 8 != 0) r.fail(hitch::detail::concat("group size ", group, " is not a multiple of 8"));
+        const std::size_t size = group == 0 || group >= n ? n : static_cast<std::size_t>(group);
+        const std::size_t g_count = n == 0 ? 0 : detail::ceil_div(n, size);
+        const auto norm_bytes = r.take(4 * static_cast<std::uint64_t>(g_count), "group norms");
+        std::vector<float> unit(g_count);
+        for (std::size_t k = 0; k < g_count; ++k) {
+            const float norm = wire::load_le<float>(norm_bytes.data() + 4 * k);
+            if (!std::isfinite(norm) || norm < 0.0f)
+                r.fail(hitch::detail::concat("norm of group ", k, " is ", norm, ", not a finite non-negative number"));
+            unit[k] = norm / static_cast<float>(s);
+        }
+        if (coding == 0) decode_fixed<Add>(r, n, s, size, unit, out);
+        else decode_elias<Add>(r, n, s, size, unit, out);
+    }
+
+    void save_state(const state& s, std::vector<std::byte>& blob) const {
+        std::vector<std::byte> body;
+        wire::put_scalar<std::uint64_t>(body, s.step);
+        wire::put_scalar<std::uint64_t>(body, s.stream);
+        wire::seal_state(blob, codec_id, s.count, body);
+    }
+    void load_state(std::span<const std::byte> blob, state& s) const {
+        const wire::message_view m = wire::open_state(blob, codec_id, s.count, who);
+        wire::reader r(m.payload, who);
+        const auto step = r.get<std::uint64_t>("step");
+        const auto stream = r.get<std::uint64_t>("stream");
+        r.expect_end();
+        s.step = step;
+        s.stream = stream;
+    }
+
+private:
+    template <bool EF>
+    std::size_t encode_impl(const float* g, const float* r_in, float* r_out, std::size_t n, state& s,
+                            std::vector<std::byte>& bytes, dtype type) const {
+        const unsigned b = code_bits();
+        return b <= 8 ? encode_codes<EF>(g, r_in, r_out, n, s, bytes, type, s.codes8)
+                      : encode_codes<EF>(g, r_in, r_out, n, s, bytes, type, s.codes16);
+    }
+
+    template <bool EF, class Code>
+    std::size_t encode_codes(const float* g, const float* r_in, float* r_out, std::size_t n, state& s,
+                             std::vector<std::byte>& bytes, dtype type, std::vector<Code>& codes) const {
+        const std::size_t g_count = groups(n);
+        const std::size_t size = options_.group_size == 0 || options_.group_size >= n ? n : options_.group_size;
+        const unsigned b = code_bits();
+        const auto levels = static_cast<float>(options_.levels);
+        const std::uint64_t key = detail::draw_key(options_.seed, s.stream, s.step);
+        const bool fixed = options_.coding == qsgd_coding::fixed;
+        const std::size_t front = 16 + 4 * g_count;  // payload bytes before the codes
+        // Fixed coding streams each group's codes into the message as it goes (the group's codes stay in cache);
+        // Elias coding needs every level before it knows the message's size.
+        std::vector<float> norms(fixed ? 0 : g_count);
+        std::byte* p = nullptr;
+        std::optional<wire::writer> w;
+        if (fixed) {
+            w.emplace(bytes, codec_id, type, n, front + detail::code_bytes(n, b));
+            p = w->payload();
+        }
+        codes.resize(fixed ? size : n);
+        for (std::size_t k = 0; k < g_count; ++k) {
+            const std::size_t begin = k * size, len = std::min(size, n - begin);
+            const detail::group_moments mo = detail::moments<EF>(g + begin, EF ? r_in + begin : nullptr, len);
+            if (!std::isfinite(mo.sum_squares) || !std::isfinite(mo.max_abs))
+                detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
+            const auto norm = static_cast<float>(std::sqrt(mo.sum_squares));
+            if (fixed) wire::store_le(p + 16 + 4 * k, norm);
+            else norms[k] = norm;
+            const float unit = norm / levels;
+            const float to_levels = norm > 0.0f ? static_cast<float>(static_cast<double>(options_.levels) / norm) : 0.0f;
+            Code* c = codes.data() + (fixed ? 0 : begin);
+            detail::quantize<EF>(g + begin, EF ? r_in + begin : nullptr, EF ? r_out + begin : nullptr, len, begin, key,
+                                 to_levels, unit, levels, std::numeric_limits<float>::infinity(), c);
+            if (fixed) detail::pack_codes(c, len, b, p + front + begin * b / 8);
+        }
+        ++s.step;
+        if (fixed) {
+            write_front(p, size >= n ? 0 : size);
+            return w->finish(front + detail::code_bytes(n, b));
+        }
+        // Elias: the size first, then the stream.
+        std::size_t nnz = 0, bits = 0, prev = 0;  // prev: index + 1 of the previous non-zero level
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::uint32_t level = codes[i] >> 1u;
+            if (level == 0) continue;
+            ++nnz;
+            bits += detail::bit_writer::gamma_bits(i + 1 - prev) + 1 + detail::bit_writer::gamma_bits(level);
+            prev = i + 1;
+        }
+        const std::size_t payload = front + 8 + (bits + 7) / 8;
+        wire::writer e(bytes, codec_id, type, n, payload);
+        p = e.payload();
+        write_front(p, size >= n ? 0 : size);
+        for (std::size_t k = 0; k < g_count; ++k) wire::store_le(p + 16 + 4 * k, norms[k]);
+        wire::store_le<std::uint64_t>(p + front, nnz);
+        detail::bit_writer bw(p + front + 8);
+        prev = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::uint32_t level = codes[i] >> 1u;
+            if (level == 0) continue;
+            bw.gamma(i + 1 - prev);
+            bw.put(codes[i] & 1u, 1);
+            bw.gamma(level);
+            prev = i + 1;
+        }
+        bw.finish();
+        return e.finish(payload);
+    }
+
+    void write_front(std::byte* p, std::size_t group) const {
+        wire::store_le<std::uint32_t>(p, options_.levels);
+        wire::store_le<std::uint8_t>(p + 4, static_cast<std::uint8_t>(options_.coding));
+        wire::store_le<std::uint8_t>(p + 5, 0);
+        wire::store_le<std::uint16_t>(p + 6, 0);
+        wire::store_le<std::uint64_t>(p + 8, group);
+    }
+
+    template <bool Add>
+    void decode_fixed(wire::reader& r, std::size_t n, std::uint32_t s, std::size_t size, const std::vector<float>& unit,
+                      std::span<float> out) const {
+        const unsigned b = 1u + static_cast<unsigned>(std::bit_width(s));
+        const auto stream = r.take(detail::code_bytes(n, b), "codes");
+        r.expect_end();
+        // Check every code before writing anything.
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::uint32_t c = detail::code_at(stream.data(), i, b);
+            if ((c >> 1) > s || c == 1u)
+                r.fail(hitch::detail::concat("code ", c, " of element ", i, " is not a level in [0, ", s, "] with a sign"));
+        }
+        if (n * b % 8 != 0 && (static_cast<unsigned>(stream.back()) >> (n * b % 8)) != 0) r.fail("padding bits are not zero");
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::uint32_t c = detail::code_at(stream.data(), i, b);
+            const float mag = static_cast<float>(c >> 1) * unit[i / size];
+            const float v = (c & 1u) ? -mag : mag;
+            if constexpr (Add) out[i] += v;
+            else out[i] = v;
+        }
+    }
+
+    template <bool Add>
+    void decode_elias(wire::reader& r, std::size_t n, std::uint32_t s, std::size_t size, const std::vector<float>& unit,
+                      std::span<float> out) const {
+        const std::uint64_t nnz = r.count("non-zero count", n);
+        const auto stream = r.rest();
+        detail::bit_reader br(stream.data(), stream.size());
+        std::vector<std::uint64_t> index(static_cast<std::size_t>(nnz));
+        std::vector<std::uint32_t> code(static_cast<std::size_t>(nnz));
+        std::uint64_t prev = 0;  // index + 1 of the previous non-zero
+        for (std::size_t j = 0; j < nnz; ++j) {
+            std::uint64_t gap = 0, level = 0;
+            unsigned sign = 0;
+            if (!br.gamma(gap) || !br.get(sign) || !br.gamma(level))
+                r.fail(hitch::detail::concat("Elias stream ends or overflows in entry ", j, " of ", nnz));
+            if (gap > n || prev + gap > n)
+                r.fail(hitch::detail::concat("index of entry ", j, " is outside the bucket of ", n, " elements"));
+            if (level > s) r.fail(hitch::detail::concat("level ", level, " of entry ", j, " exceeds ", s));
+            prev += gap;
+            index[j] = prev - 1;
+            code[j] = static_cast<std::uint32_t>(level << 1 | sign);
+        }
+        if (!br.only_padding_left()) r.fail("unexpected bits after the Elias stream");
+        if constexpr (!Add) std::fill(out.begin(), out.end(), 0.0f);
+        for (std::size_t j = 0; j < nnz; ++j) {
+            const std::size_t i = static_cast<std::size_t>(index[j]);
+            const float mag = static_cast<float>(code[j] >> 1) * unit[i / size];
+            out[i] += (code[j] & 1u) ? -mag : mag;
+        }
+    }
+
+    options options_{};
+};
+
+static_assert(compressor<qsgd>, "compress::qsgd must model hitch::compressor");
+static_assert(residual_compressor<qsgd>, "compress::qsgd must model hitch::residual_compressor");
+
+}  // namespace hitch::compress

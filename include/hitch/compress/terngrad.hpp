@@ -1,0 +1,169 @@
+#pragma once
+// compress::terngrad: TernGrad (Wen, Xu, Yan, Wu, Wang, Chen and Li 2017, "TernGrad: Ternary gradients to reduce
+// communication in distributed deep learning"). Per bucket (the paper: per layer), with scale s_t = max |v|:
+//
+//   tern(v_i) = s_t sign(v_i) b_i,   b_i ~ Bernoulli(|v_i| / s_t)
+//
+// an unbiased ternary estimate (E[tern(v)] = v, eq. 3) whose error per element is below s_t. Optional gradient
+// clipping (section 3.5) first bounds every element at c sigma, sigma the standard deviation of the bucket's
+// elements (the paper uses c = 2.5); the estimate is then unbiased for the clipped gradient.
+//
+// Bytes on the wire: 32 + 8 + ceil(n / 4). Payload: f32 scale | u32 0 | 2-bit codes, element i at bits
+// [2i, 2i + 2) least significant first: 00 zero, 10 +s_t, 11 -s_t (01 is corrupt).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "hitch/compress/detail/codec.hpp"
+#include "hitch/compress/detail/quantize.hpp"
+#include "hitch/compress/detail/random.hpp"
+#include "hitch/compress/wire.hpp"
+#include "hitch/concepts/compressor.hpp"
+#include "hitch/core/options.hpp"
+
+namespace hitch::compress {
+
+struct terngrad_options {
+    /// Gradient clipping at clip_sigmas standard deviations; 0 turns it off (unbiased for the raw gradient).
+    double clip_sigmas = 0.0;
+    /// Seeds the stochastic rounding (mixed with the state's stream, e.g. the rank, and step).
+    std::uint64_t seed = 0x7e4a9a4d;
+
+    void validate() const {
+        option_validator("hitch::compress::terngrad_options").non_negative("clip_sigmas", clip_sigmas);
+    }
+};
+
+/// TernGrad: stochastic ternary values times the bucket's largest magnitude; unbiased.
+class terngrad : public detail::codec_base<terngrad> {
+public:
+    static constexpr std::uint8_t codec_id = codec_ids::terngrad;
+    static constexpr std::string_view name = "terngrad";
+    static constexpr std::string_view who = "hitch::compress::terngrad";
+    static constexpr bool additive = false;
+    static constexpr bool needs_error_feedback = false;
+    static constexpr bool ring_compressible = true;
+
+    using options = terngrad_options;
+    struct state {
+        std::size_t count = 0;
+        std::uint64_t step = 0;
+        std::uint64_t stream = 0;  // differs between ranks so their rounding is independent (the aggregation sets it)
+        std::vector<std::uint8_t> codes;  // workspace
+    };
+
+    terngrad() = default;
+    explicit terngrad(options o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+
+    [[nodiscard]] state make_state(std::size_t count) const { return {count, 0, 0, {}}; }
+    [[nodiscard]] static constexpr std::size_t message_bytes(std::size_t n) noexcept {
+        return wire::header_bytes + 8 + detail::code_bytes(n, 2);
+    }
+    [[nodiscard]] std::size_t max_message_bytes(std::size_t n) const noexcept { return message_bytes(n); }
+
+    std::size_t encode_floats(std::span<const float> in, state& s, std::vector<std::byte>& bytes, dtype type) const {
+        return encode_impl<false>(in.data(), nullptr, nullptr, in.size(), s, bytes, type);
+    }
+
+    /// Encodes v = g + r_in; r_out = v - tern(v).
+    template <class T>
+        requires floating_element<std::remove_const_t<T>>
+    std::size_t encode_ef(tensor_view<T> g, std::span<const float> r_in, std::span<float> r_out, state& s,
+                          std::vector<std::byte>& bytes) const {
+        detail::require_host(g, who);
+        check_state_size(s, g.size());
+        std::vector<float> scratch;
+        const std::span<const float> in = detail::as_floats(g, scratch);
+        return encode_impl<true>(in.data(), r_in.data(), r_out.data(), in.size(), s, bytes,
+                                 dtype_of<std::remove_const_t<T>>());
+    }
+
+    template <bool Add>
+    void decode_floats(const wire::message_view& m, std::span<float> out) const {
+        const std::size_t n = out.size();
+        wire::reader r(m.payload, who);
+        const float scale = r.get<float>("scale");
+        if (r.get<std::uint32_t>("padding") != 0) r.fail("padding bytes are not zero");
+        if (!std::isfinite(scale) || scale < 0.0f)
+            r.fail(hitch::detail::concat("scale ", scale, " is not a finite non-negative number"));
+        const auto codes = r.take(detail::code_bytes(n, 2), "codes");
+        r.expect_end();
+        // 01 in any position is corrupt: a byte is valid iff no pair has its low bit without its high bit.
+        for (std::size_t j = 0; j < codes.size(); ++j) {
+            const auto c = static_cast<unsigned>(codes[j]);
+            if ((c & 0x55u & ~(c >> 1)) != 0) r.fail(hitch::detail::concat("code 01 in byte ", j));
+        }
+        if (n % 4 != 0 && (static_cast<unsigned>(codes.back()) >> (2 * (n % 4))) != 0) r.fail("padding bits are not zero");
+        const float values[4] = {0.0f, 0.0f, scale, -scale};
+        for (std::size_t i = 0; i < n; ++i) {
+            const float v = values[(static_cast<unsigned>(codes[i / 4]) >> (2 * (i % 4))) & 3u];
+            if constexpr (Add) out[i] += v;
+            else out[i] = v;
+        }
+    }
+
+    void save_state(const state& s, std::vector<std::byte>& blob) const {
+        std::vector<std::byte> body;
+        wire::put_scalar<std::uint64_t>(body, s.step);
+        wire::put_scalar<std::uint64_t>(body, s.stream);
+        wire::seal_state(blob, codec_id, s.count, body);
+    }
+    void load_state(std::span<const std::byte> blob, state& s) const {
+        const wire::message_view m = wire::open_state(blob, codec_id, s.count, who);
+        wire::reader r(m.payload, who);
+        const auto step = r.get<std::uint64_t>("step");
+        const auto stream = r.get<std::uint64_t>("stream");
+        r.expect_end();
+        s.step = step;
+        s.stream = stream;
+    }
+
+private:
+    /// Elements quantised per block (codes in cache between quantising and packing).
+    static constexpr std::size_t block = 16384;
+
+    template <bool EF>
+    std::size_t encode_impl(const float* g, const float* r_in, float* r_out, std::size_t n, state& s,
+                            std::vector<std::byte>& bytes, dtype type) const {
+        const detail::group_moments mo = detail::moments<EF>(g, r_in, n);
+        if (!std::isfinite(mo.sum_squares) || !std::isfinite(mo.max_abs))
+            detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
+        float clip = std::numeric_limits<float>::infinity();
+        float scale = mo.max_abs;
+        if (options_.clip_sigmas > 0.0 && n > 0) {
+            const double mean = mo.sum / static_cast<double>(n);
+            const double variance = std::max(0.0, mo.sum_squares / static_cast<double>(n) - mean * mean);
+            clip = static_cast<float>(options_.clip_sigmas * std::sqrt(variance));
+            scale = std::min(scale, clip);
+        }
+        const std::size_t payload = 8 + detail::code_bytes(n, 2);
+        wire::writer w(bytes, codec_id, type, n, payload);
+        std::byte* p = w.payload();
+        wire::store_le(p, scale);
+        wire::store_le<std::uint32_t>(p + 4, 0);
+        const float to_levels = scale > 0.0f ? 1.0f / scale : 0.0f;
+        const std::uint64_t key = detail::draw_key(options_.seed, s.stream, s.step);
+        s.codes.resize(std::min(n, block));
+        for (std::size_t begin = 0; begin < n; begin += block) {
+            const std::size_t len = std::min(block, n - begin);
+            detail::quantize<EF>(g + begin, EF ? r_in + begin : nullptr, EF ? r_out + begin : nullptr, len, begin, key,
+                                 to_levels, scale, 1.0f, clip, s.codes.data());
+            detail::pack_codes(s.codes.data(), len, 2, p + 8 + begin / 4);
+        }
+        ++s.step;
+        return w.finish(payload);
+    }
+
+    options options_{};
+};
+
+static_assert(compressor<terngrad>, "compress::terngrad must model hitch::compressor");
+static_assert(residual_compressor<terngrad>, "compress::terngrad must model hitch::residual_compressor");
+
+}  // namespace hitch::compress
