@@ -49,6 +49,16 @@ struct decoupled_weight_decay {
     static std::string id() { return "adamw"; }
 };
 
+/// One layer's adam state on device D.
+template <device D>
+struct adam_state {
+    device_buffer<float, D> m, v, v_max;  // v_max is empty unless amsgrad
+    std::uint64_t steps = 0;
+    [[nodiscard]] std::array<tensor_view<float>, 3> buffers() const noexcept {
+        return {m.view(), v.view(), v_max.view()};
+    }
+};
+
 template <class WeightDecay = coupled_weight_decay>
 class basic_adam {
 public:
@@ -73,14 +83,8 @@ public:
         }
     };
 
-    template <device D>
-    struct state_type {
-        device_buffer<float, D> m, v, v_max;  // v_max is empty unless amsgrad
-        std::uint64_t steps = 0;
-        [[nodiscard]] std::array<tensor_view<float>, 3> buffers() const noexcept {
-            return {m.view(), v.view(), v_max.view()};
-        }
-    };
+    template <class D>  // constrained by the state itself (clang 14 cannot take a constrained alias here)
+    using state_type = adam_state<D>;
 
     basic_adam() : basic_adam(options_type{}) {}
     explicit basic_adam(const options_type& options) : options_(options) { options_.validate(); }

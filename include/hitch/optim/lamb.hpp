@@ -38,6 +38,14 @@
 
 namespace hitch::optim {
 
+/// One layer's lamb state on device D.
+template <device D>
+struct lamb_state {
+    device_buffer<float, D> m, v;
+    std::uint64_t steps = 0;
+    [[nodiscard]] std::array<tensor_view<float>, 2> buffers() const noexcept { return {m.view(), v.view()}; }
+};
+
 class lamb {
 public:
     struct options_type {
@@ -61,12 +69,8 @@ public:
         }
     };
 
-    template <device D>
-    struct state_type {
-        device_buffer<float, D> m, v;
-        std::uint64_t steps = 0;
-        [[nodiscard]] std::array<tensor_view<float>, 2> buffers() const noexcept { return {m.view(), v.view()}; }
-    };
+    template <class D>  // constrained by the state itself (clang 14 cannot take a constrained alias here)
+    using state_type = lamb_state<D>;
 
     lamb() : lamb(options_type{}) {}
     explicit lamb(const options_type& options) : options_(options) { options_.validate(); }

@@ -75,7 +75,7 @@ public:
         }
     };
 
-    template <device D>
+    template <class D>  // constrained by the state itself (clang 14 cannot take a constrained alias here)
     using state_type = typename Base::template state_type<D>;
 
     lars() : lars(options_type{}) {}

@@ -31,6 +31,14 @@
 
 namespace hitch::optim {
 
+/// One layer's momentum state on device D.
+template <device D>
+struct momentum_state {
+    device_buffer<float, D> velocity;
+    std::uint64_t steps = 0;
+    [[nodiscard]] std::array<tensor_view<float>, 1> buffers() const noexcept { return {velocity.view()}; }
+};
+
 class momentum {
 public:
     struct options_type {
@@ -55,12 +63,8 @@ public:
         }
     };
 
-    template <device D>
-    struct state_type {
-        device_buffer<float, D> velocity;
-        std::uint64_t steps = 0;
-        [[nodiscard]] std::array<tensor_view<float>, 1> buffers() const noexcept { return {velocity.view()}; }
-    };
+    template <class D>  // constrained by the state itself (clang 14 cannot take a constrained alias here)
+    using state_type = momentum_state<D>;
 
     momentum() : momentum(options_type{}) {}
     explicit momentum(const options_type& options) : options_(options) { options_.validate(); }

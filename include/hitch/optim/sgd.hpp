@@ -24,6 +24,13 @@
 
 namespace hitch::optim {
 
+/// One layer's sgd state on device D.
+template <device D>
+struct sgd_state {
+    std::uint64_t steps = 0;
+    [[nodiscard]] std::array<tensor_view<float>, 0> buffers() const noexcept { return {}; }
+};
+
 /// Plain SGD with optional L2 weight decay. Stateless apart from the step count.
 class sgd {
 public:
@@ -34,11 +41,8 @@ public:
         void validate() const { option_validator("hitch::optim::sgd").non_negative("weight_decay", weight_decay); }
     };
 
-    template <device D>
-    struct state_type {
-        std::uint64_t steps = 0;
-        [[nodiscard]] std::array<tensor_view<float>, 0> buffers() const noexcept { return {}; }
-    };
+    template <class D>  // constrained by the state itself (clang 14 cannot take a constrained alias here)
+    using state_type = sgd_state<D>;
 
     sgd() : sgd(options_type{}) {}
     explicit sgd(const options_type& options) : options_(options) { options_.validate(); }
