@@ -356,21 +356,29 @@ private:
         }
     }
 
-    /// Modified Gram-Schmidt on r columns of length rows (dot products in double); a column that vanishes becomes 0.
+    /// Modified Gram-Schmidt on r columns of length rows (dot products in double), each column orthogonalised twice
+    /// ("twice is enough": one pass loses orthogonality when a column is nearly dependent on the earlier ones). A
+    /// column left with less than 1e-4 of its length is dependent (M has rank below r there) and becomes 0, which
+    /// drops it from P Q^T instead of adding a direction made of rounding noise.
     static void orthogonalise(float* p, std::size_t rows, std::size_t r) {
-        for (std::size_t c = 0; c < r; ++c) {
-            float* col = p + c * rows;
-            for (std::size_t d = 0; d < c; ++d) {
-                const float* prev = p + d * rows;
-                double dot = 0.0;
-                for (std::size_t i = 0; i < rows; ++i) dot += static_cast<double>(prev[i]) * col[i];
-                const auto f = static_cast<float>(dot);
-                for (std::size_t i = 0; i < rows; ++i) col[i] -= f * prev[i];
-            }
+        const auto norm_of = [rows](const float* col) {
             double norm2 = 0.0;
             for (std::size_t i = 0; i < rows; ++i) norm2 += static_cast<double>(col[i]) * col[i];
-            const double norm = std::sqrt(norm2);
-            if (norm > 1e-30) {
+            return std::sqrt(norm2);
+        };
+        for (std::size_t c = 0; c < r; ++c) {
+            float* col = p + c * rows;
+            const double before = norm_of(col);
+            for (int pass = 0; pass < 2; ++pass)
+                for (std::size_t d = 0; d < c; ++d) {
+                    const float* prev = p + d * rows;
+                    double dot = 0.0;
+                    for (std::size_t i = 0; i < rows; ++i) dot += static_cast<double>(prev[i]) * col[i];
+                    const auto f = static_cast<float>(dot);
+                    for (std::size_t i = 0; i < rows; ++i) col[i] -= f * prev[i];
+                }
+            const double norm = norm_of(col);
+            if (norm > 1e-30 && norm > 1e-4 * before) {
                 const auto inv = static_cast<float>(1.0 / norm);
                 for (std::size_t i = 0; i < rows; ++i) col[i] *= inv;
             } else {
