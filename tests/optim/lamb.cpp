@@ -51,18 +51,7 @@ TEST_CASE("lamb kernel is the documented float operation order, bit for bit", "[
     float_model m({5000, 1}, 67);
     const float b1 = 0.9f, b2 = 0.999f, eps = 1e-6f, wd = 0.01f, lr = 1e-3f;
     optim::model_optimizer<optim::lamb> opt({.weight_decay = wd}, m.layers);
-    auto norm = [](const std::vector<float>& x) {
-        double total = 0;
-        for (std::size_t b = 0; b < x.size(); b += 4096) {
-            double lane[16] = {};
-            for (std::size_t i = b; i < std::min(x.size(), b + 4096); ++i)
-                lane[(i - b) % 16] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-            for (std::size_t width = 8; width >= 1; width /= 2)
-                for (std::size_t j = 0; j < width; ++j) lane[j] = lane[2 * j] + lane[2 * j + 1];
-            total += lane[0];
-        }
-        return static_cast<float>(std::sqrt(total));
-    };
+    const auto norm = documented_norm;
     std::vector<std::vector<float>> w = m.params, mm, vv;
     for (auto& x : w) mm.emplace_back(x.size(), 0.0f), vv.emplace_back(x.size(), 0.0f);
     for (int t = 1; t <= 15; ++t) {

@@ -76,18 +76,7 @@ TEST_CASE("lars kernel is the documented float operation order, bit for bit", "[
     const float eta = 0.001f, wd = 1e-4f, mu = 0.9f, lr = 2.0f;
     optim::model_optimizer<optim::lars_sgd> opt({.base = {.momentum = mu}, .trust_coefficient = eta, .weight_decay = wd},
                                                 m.layers);
-    auto norm = [](const std::vector<float>& x) {
-        double total = 0;
-        for (std::size_t b = 0; b < x.size(); b += 4096) {
-            double lane[16] = {};
-            for (std::size_t i = b; i < std::min(x.size(), b + 4096); ++i)
-                lane[(i - b) % 16] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-            for (std::size_t width = 8; width >= 1; width /= 2)
-                for (std::size_t j = 0; j < width; ++j) lane[j] = lane[2 * j] + lane[2 * j + 1];
-            total += lane[0];
-        }
-        return static_cast<float>(std::sqrt(total));
-    };
+    const auto norm = documented_norm;
     std::vector<std::vector<float>> w = m.params, vel;
     for (auto& x : w) vel.emplace_back(x.size(), 0.0f);
     for (int t = 0; t < 15; ++t) {

@@ -148,6 +148,21 @@ struct lamb_ref {
     }
 };
 
+/// ||x|| in the order hitch/optim/detail/norm.hpp documents (blocks of 4096, 16 lanes combined pairwise, blocks in
+/// order), rounded to float: the norm LARS and LAMB must use, replayed independently.
+inline float documented_norm(const std::vector<float>& x) {
+    double total = 0;
+    for (std::size_t b = 0; b < x.size(); b += 4096) {
+        double lane[16] = {};
+        for (std::size_t i = b; i < std::min(x.size(), b + 4096); ++i)
+            lane[(i - b) % 16] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+        for (std::size_t width = 8; width >= 1; width /= 2)
+            for (std::size_t j = 0; j < width; ++j) lane[j] = lane[2 * j] + lane[2 * j + 1];
+        total += lane[0];
+    }
+    return static_cast<float>(std::sqrt(total));
+}
+
 inline std::vector<double> widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
 /// max over i of |a_i - b_i| / max(1, max_j |b_j|): float rounding is relative to the layer's largest weights.

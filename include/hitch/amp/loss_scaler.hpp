@@ -147,26 +147,33 @@ private:
 
 // ================================================ implementation ================================================
 
-template <agreement_group C>
-bool loss_scaler<C>::unscale(tensor_view<float> grads) const {
-    if (!grads.on_host()) throw config_error("hitch::amp::loss_scaler::unscale: gradients must be in host memory");
-    const float inv = inverse_scale();
-    float* g = grads.data();
-    const std::size_t n = grads.size();
-    const std::size_t chunks = n == 0 ? 0 : chunk_count(n, options_.execution);
+namespace detail {
+
+/// out[i] = float(in[i]) * inv over static chunks; true when any result is inf or NaN.
+template <class In>
+bool scale_and_check(const In* in, float* out, std::size_t n, float inv, const parallel_options& exec) {
+    const std::size_t chunks = n == 0 ? 0 : chunk_count(n, exec);
     std::vector<unsigned char> bad(chunks, 0);
-    thread_pool& pool = options_.execution.pool != nullptr ? *options_.execution.pool : thread_pool::shared();
+    thread_pool& pool = exec.pool != nullptr ? *exec.pool : thread_pool::shared();
     pool.run(chunks, [&](std::size_t c) {
-        const auto [b, e] = static_chunk(n, chunks, c, options_.execution.align);
+        const auto [b, e] = static_chunk(n, chunks, c, exec.align);
         bool flag = false;
         for (std::size_t i = b; i < e; ++i) {
-            const float x = g[i] * inv;
-            g[i] = x;
+            const float x = static_cast<float>(in[i]) * inv;
+            out[i] = x;
             flag |= !(std::abs(x) <= std::numeric_limits<float>::max());  // inf or NaN
         }
         bad[c] = flag ? 1 : 0;
     });
     return std::any_of(bad.begin(), bad.end(), [](unsigned char b) { return b != 0; });
+}
+
+}  // namespace detail
+
+template <agreement_group C>
+bool loss_scaler<C>::unscale(tensor_view<float> grads) const {
+    if (!grads.on_host()) throw config_error("hitch::amp::loss_scaler::unscale: gradients must be in host memory");
+    return detail::scale_and_check(grads.data(), grads.data(), grads.size(), inverse_scale(), options_.execution);
 }
 
 template <agreement_group C>
@@ -177,24 +184,7 @@ bool loss_scaler<C>::unscale(tensor_view<const Low> in, tensor_view<float> out) 
                                                  " low-precision gradients but ", out.size(), " outputs"));
     if (!in.on_host() || !out.on_host())
         throw config_error("hitch::amp::loss_scaler::unscale: gradients must be in host memory");
-    const float inv = inverse_scale();
-    const Low* src = in.data();
-    float* dst = out.data();
-    const std::size_t n = in.size();
-    const std::size_t chunks = n == 0 ? 0 : chunk_count(n, options_.execution);
-    std::vector<unsigned char> bad(chunks, 0);
-    thread_pool& pool = options_.execution.pool != nullptr ? *options_.execution.pool : thread_pool::shared();
-    pool.run(chunks, [&](std::size_t c) {
-        const auto [b, e] = static_chunk(n, chunks, c, options_.execution.align);
-        bool flag = false;
-        for (std::size_t i = b; i < e; ++i) {
-            const float x = static_cast<float>(src[i]) * inv;
-            dst[i] = x;
-            flag |= !(std::abs(x) <= std::numeric_limits<float>::max());
-        }
-        bad[c] = flag ? 1 : 0;
-    });
-    return std::any_of(bad.begin(), bad.end(), [](unsigned char b) { return b != 0; });
+    return detail::scale_and_check(in.data(), out.data(), in.size(), inverse_scale(), options_.execution);
 }
 
 }  // namespace hitch::amp
