@@ -1,0 +1,135 @@
+#pragma once
+// Reader for the IDX format of MNIST and Fashion-MNIST (http://yann.lecun.com/exdb/mnist/), gzip-compressed or
+// raw (zlib reads both). A file is: two zero bytes, a type byte (0x08 = unsigned byte, the only type these data
+// sets use), the number of dimensions, each dimension as a big-endian uint32, then the values in row-major order.
+// Every field is checked, and the data must end exactly where the dimensions say; otherwise data_error names the
+// file and what is wrong.
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.hpp"
+
+namespace hitch_examples::data {
+
+struct idx_array {
+    std::vector<std::size_t> dims;
+    std::vector<std::uint8_t> values;  ///< product of dims values, row-major
+};
+
+namespace detail {
+
+/// A gzip (or raw) input file with reads that either deliver every byte asked for or throw.
+class gz_reader {
+public:
+    explicit gz_reader(const std::filesystem::path& path) : path_(path.string()) {
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(path, ec))
+            throw data_error(path_ + ": no such file");
+        file_.reset(gzopen(path_.c_str(), "rb"));
+        if (!file_) throw data_error(path_ + ": cannot open the file");
+    }
+
+    /// Reads exactly n bytes of `what` (for the message) or throws: truncated file, corrupt gzip stream.
+    void read(void* out, std::size_t n, const std::string& what) {
+        auto* p = static_cast<unsigned char*>(out);
+        std::size_t done = 0;
+        while (done < n) {
+            const auto chunk = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
+            const int got = gzread(file_.get(), p + done, chunk);
+            if (got < 0) fail(what);
+            if (got == 0)
+                throw data_error(path_ + ": truncated: the data ends after " + std::to_string(offset_) +
+                                 " bytes, in " + what + " (" + std::to_string(n - done) + " more bytes expected)" +
+                                 gzip_state());
+            done += static_cast<std::size_t>(got);
+            offset_ += static_cast<std::size_t>(got);
+        }
+    }
+
+    /// Throws unless the (decompressed) file ends here and, for gzip, its stream is complete and intact.
+    void expect_end() {
+        unsigned char extra[4096];
+        std::size_t trailing = 0;
+        for (int got; (got = gzread(file_.get(), extra, sizeof extra)) != 0;) {
+            if (got < 0) fail("the end of the data");
+            trailing += static_cast<std::size_t>(got);
+        }
+        if (trailing > 0)
+            throw data_error(path_ + ": " + std::to_string(trailing) + " unexpected bytes after the data (at offset " +
+                             std::to_string(offset_) + "): the header's dimensions do not match the file");
+        int code = Z_OK;
+        const char* message = gzerror(file_.get(), &code);
+        if (code != Z_OK) throw data_error(path_ + ": corrupt or truncated gzip stream: " + message);
+    }
+
+    [[nodiscard]] const std::string& path() const { return path_; }
+
+private:
+    [[noreturn]] void fail(const std::string& what) {
+        int code = Z_OK;
+        const char* message = gzerror(file_.get(), &code);
+        throw data_error(path_ + ": corrupt gzip stream while reading " + what + " (at decompressed offset " +
+                         std::to_string(offset_) + "): " + message);
+    }
+    std::string gzip_state() {
+        int code = Z_OK;
+        const char* message = gzerror(file_.get(), &code);
+        return code == Z_OK ? std::string() : std::string(" (gzip: ") + message + ")";
+    }
+
+    struct closer {
+        void operator()(gzFile f) const { gzclose(f); }
+    };
+    std::string path_;
+    std::unique_ptr<gzFile_s, closer> file_;
+    std::size_t offset_ = 0;
+};
+
+}  // namespace detail
+
+/// Reads an IDX file of unsigned bytes with 1 to 4 dimensions.
+inline idx_array read_idx(const std::filesystem::path& path) {
+    detail::gz_reader in(path);
+    unsigned char header[4];
+    in.read(header, 4, "the header");
+    if (header[0] != 0 || header[1] != 0)
+        throw data_error(in.path() + ": not an IDX file (the magic number starts with bytes " +
+                         std::to_string(header[0]) + ", " + std::to_string(header[1]) + " instead of 0, 0)");
+    if (header[2] != 0x08)
+        throw data_error(in.path() + ": IDX element type " + std::to_string(header[2]) +
+                         " is not supported (only 8 = unsigned byte)");
+    if (header[3] < 1 || header[3] > 4)
+        throw data_error(in.path() + ": IDX dimension count " + std::to_string(header[3]) + " is outside [1, 4]");
+    idx_array out;
+    std::size_t total = 1;
+    for (int d = 0; d < header[3]; ++d) {
+        unsigned char be[4];
+        in.read(be, 4, "dimension " + std::to_string(d));
+        const std::size_t n = std::size_t{be[0]} << 24 | std::size_t{be[1]} << 16 | std::size_t{be[2]} << 8 | be[3];
+        out.dims.push_back(n);
+        constexpr std::size_t limit = std::size_t{1} << 40;  // also keeps the product from overflowing
+        if (n != 0 && total > limit / n)
+            throw data_error(in.path() + ": the IDX dimensions describe more than 2^40 values");
+        total *= n;
+    }
+    // Grow as the data arrives, so a corrupt header cannot make us allocate what the file does not hold.
+    std::size_t done = 0;
+    while (done < total) {
+        const std::size_t chunk = std::min<std::size_t>(total - done, std::size_t{1} << 24);
+        out.values.resize(done + chunk);
+        in.read(out.values.data() + done, chunk,
+                "the data (" + std::to_string(total) + " values after the header)");
+        done += chunk;
+    }
+    in.expect_end();
+    return out;
+}
+
+}  // namespace hitch_examples::data

@@ -1,0 +1,162 @@
+#pragma once
+// 2-D convolution by im2col + GEMM on NHWC batches (Chellapilla et al. 2006, "High performance convolutional
+// neural networks for document processing"). With rows = batch x out_h x out_w and CRS = kernel x kernel x
+// in_channels:
+//   forward   col (rows x CRS) = im2col(x);   y (rows x K) = col W^T + b
+//   backward  dW (K x CRS) = dy^T col;   dcol = dy W;   dx = col2im(dcol)
+// The column matrix lives in the model's shared workspace and is rebuilt in backward, so a deep network needs one
+// column buffer, not one per layer. A 1x1 convolution with stride 1 and no padding uses x itself as col.
+
+#include <xtensor/xtensor.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "nn/blas.hpp"
+#include "nn/layer.hpp"
+
+namespace hitch_examples::nn {
+
+struct conv2d_options {
+    std::size_t stride = 1;
+    std::size_t padding = 0;
+    bool bias = true;  ///< off when a batch norm follows (its shift makes the bias redundant)
+};
+
+template <class T>
+class conv2d : public layer<T> {
+public:
+    conv2d(std::string name, std::size_t out_channels, std::size_t kernel, conv2d_options options = {})
+        : name_(std::move(name)), out_channels_(out_channels), kernel_(kernel), options_(options) {
+        if (out_channels == 0 || kernel == 0 || options.stride == 0)
+            throw std::invalid_argument("nn::conv2d " + name_ + ": out_channels, kernel and stride must be positive");
+    }
+
+    shape setup(const shape& input, std::size_t max_batch) override {
+        in_ = input;
+        if (in_.height + 2 * options_.padding < kernel_ || in_.width + 2 * options_.padding < kernel_)
+            throw std::invalid_argument("nn::conv2d " + name_ + ": a " + std::to_string(kernel_) + "x" +
+                                        std::to_string(kernel_) + " kernel does not fit the input " + in_.str());
+        out_ = {(in_.height + 2 * options_.padding - kernel_) / options_.stride + 1,
+                (in_.width + 2 * options_.padding - kernel_) / options_.stride + 1, out_channels_};
+        patch_ = kernel_ * kernel_ * in_.channels;
+        direct_ = kernel_ == 1 && options_.stride == 1 && options_.padding == 0;
+        max_batch_ = max_batch;
+        weight_ = xt::xtensor<T, 4>::from_shape({out_channels_, kernel_, kernel_, in_.channels});
+        weight_grad_ = xt::zeros<T>(weight_.shape());
+        this->add_parameter(name_ + ".weight", span_of(weight_), span_of(weight_grad_), false);
+        if (options_.bias) {
+            bias_ = xt::zeros<T>({out_channels_});
+            bias_grad_ = xt::zeros<T>({out_channels_});
+            this->add_parameter(name_ + ".bias", span_of(bias_), span_of(bias_grad_), true);
+        }
+        return out_;
+    }
+
+    [[nodiscard]] std::size_t workspace_size() const override {
+        return direct_ ? 0 : max_batch_ * out_.height * out_.width * patch_;
+    }
+
+    void initialize(random_source& rng) override {
+        he_normal(span_of(weight_), patch_, rng);
+        bias_.fill(T{0});
+    }
+
+    void forward(const T* x, T* y, const pass<T>& p) override {
+        const std::size_t rows = p.batch * out_.height * out_.width;
+        const T* col = direct_ ? x : im2col(x, p.batch, p.workspace.data());
+        gemm(false, true, rows, out_channels_, patch_, T{1}, col, patch_, weight_.data(), patch_, T{0}, y,
+             out_channels_);
+        if (options_.bias)
+            for (std::size_t r = 0; r < rows; ++r)
+                for (std::size_t k = 0; k < out_channels_; ++k) y[r * out_channels_ + k] += bias_[k];
+    }
+
+    void backward(const T* x, const T* /*y*/, const T* dy, T* dx, const pass<T>& p) override {
+        const std::size_t rows = p.batch * out_.height * out_.width;
+        if (options_.bias) {
+            std::fill(bias_grad_.begin(), bias_grad_.end(), T{0});
+            for (std::size_t r = 0; r < rows; ++r)
+                for (std::size_t k = 0; k < out_channels_; ++k) bias_grad_[k] += dy[r * out_channels_ + k];
+            p.ready(1);
+        }
+        const T* col = direct_ ? x : im2col(x, p.batch, p.workspace.data());
+        gemm(true, false, out_channels_, patch_, rows, T{1}, dy, out_channels_, col, patch_, T{0},
+             weight_grad_.data(), patch_);
+        p.ready(0);
+        if (!dx) return;
+        T* dcol = direct_ ? dx : p.workspace.data();  // col is no longer needed: dcol takes its place
+        gemm(false, false, rows, patch_, out_channels_, T{1}, dy, out_channels_, weight_.data(), patch_, T{0}, dcol,
+             patch_);
+        if (!direct_) col2im(dcol, p.batch, dx);
+    }
+
+    [[nodiscard]] std::string describe() const override {
+        return "conv2d " + name_ + ": " + in_.str() + " -> " + out_.str() + " (" + std::to_string(kernel_) + "x" +
+               std::to_string(kernel_) + ", stride " + std::to_string(options_.stride) + ", padding " +
+               std::to_string(options_.padding) + ")";
+    }
+
+private:
+    /// Calls fn(row of col, kernel row r, input offset of the first valid element, valid kernel columns [s0, s1))
+    /// for every output pixel and kernel row; s0 == s1 when the kernel row lies entirely in the padding. One kernel
+    /// row of a patch covers consecutive input columns, which in NHWC are one contiguous run of the input.
+    template <class Fn>
+    void for_each_patch_row(std::size_t batch, Fn&& fn) const {
+        const auto pad = static_cast<std::ptrdiff_t>(options_.padding);
+        const auto h = static_cast<std::ptrdiff_t>(in_.height), w = static_cast<std::ptrdiff_t>(in_.width);
+        const auto k = static_cast<std::ptrdiff_t>(kernel_);
+        std::size_t row = 0;
+        for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t oh = 0; oh < out_.height; ++oh)
+                for (std::size_t ow = 0; ow < out_.width; ++ow, ++row) {
+                    const std::ptrdiff_t top = static_cast<std::ptrdiff_t>(oh * options_.stride) - pad;
+                    const std::ptrdiff_t left = static_cast<std::ptrdiff_t>(ow * options_.stride) - pad;
+                    const std::ptrdiff_t s0 = std::max<std::ptrdiff_t>(0, -left);
+                    const std::ptrdiff_t s1 = std::max(s0, std::min<std::ptrdiff_t>(k, w - left));
+                    for (std::ptrdiff_t r = 0; r < k; ++r) {
+                        const std::ptrdiff_t ih = top + r;
+                        if (ih < 0 || ih >= h || s0 == s1) {
+                            fn(row, static_cast<std::size_t>(r), std::size_t{0}, std::size_t{0}, std::size_t{0});
+                            continue;
+                        }
+                        const std::size_t offset = ((b * in_.height + static_cast<std::size_t>(ih)) * in_.width +
+                                                    static_cast<std::size_t>(left + s0)) * in_.channels;
+                        fn(row, static_cast<std::size_t>(r), offset, static_cast<std::size_t>(s0),
+                           static_cast<std::size_t>(s1));
+                    }
+                }
+    }
+
+    T* im2col(const T* x, std::size_t batch, T* col) const {
+        const std::size_t c = in_.channels, run = kernel_ * c;
+        for_each_patch_row(batch, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0, std::size_t s1) {
+            T* dst = col + row * patch_ + r * run;
+            std::fill(dst, dst + s0 * c, T{0});
+            std::copy(x + in, x + in + (s1 - s0) * c, dst + s0 * c);
+            std::fill(dst + s1 * c, dst + run, T{0});
+        });
+        return col;
+    }
+
+    void col2im(const T* dcol, std::size_t batch, T* dx) const {
+        const std::size_t c = in_.channels;
+        std::fill_n(dx, batch * in_.size(), T{0});
+        for_each_patch_row(batch, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0, std::size_t s1) {
+            const T* src = dcol + row * patch_ + (r * kernel_ + s0) * c;
+            T* dst = dx + in;
+            for (std::size_t i = 0; i < (s1 - s0) * c; ++i) dst[i] += src[i];
+        });
+    }
+
+    std::string name_;
+    std::size_t out_channels_, kernel_;
+    conv2d_options options_;
+    shape in_, out_;
+    std::size_t patch_ = 0, max_batch_ = 0;
+    bool direct_ = false;
+    xt::xtensor<T, 4> weight_, weight_grad_;  // out_channels x kernel x kernel x in_channels
+    xt::xtensor<T, 1> bias_, bias_grad_;
+};
+
+}  // namespace hitch_examples::nn
