@@ -1,0 +1,127 @@
+// hitch::allreduce_schedule against stand-in types: one that models it and variants that each miss one
+// requirement; native is unavailable at compile time where the communicator has no all-reduce of its own; and a
+// schedule written outside hitch (gather to rank 0, combine, send back) plugs into allreduce<S>() and is checked
+// against the reference.
+#include <catch2/catch.hpp>
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "hitch/allreduce/allreduce.hpp"
+#include "hitch/comm/local.hpp"
+#include "hitch/concepts/allreduce_schedule.hpp"
+#ifdef HITCH_TEST_HAVE_MPI
+#include "hitch/allreduce/native.hpp"
+#include "hitch/comm/mpi.hpp"
+#endif
+#include "reference.hpp"
+
+using namespace hitch::allreduce;
+using hitch::comm::local;
+
+namespace stand_in {
+
+/// The naive centralised all-reduce, written only against the transport: every rank sends its buffer to rank 0,
+/// which combines them in rank order and sends the result back.
+struct gather_scatter {
+    struct options {
+        void validate() const {}
+    };
+    static constexpr std::string_view name = "gather_scatter";
+    gather_scatter() = default;
+    explicit gather_scatter(const options&) {}
+    cost_estimate cost(int p, std::size_t n, const cost_constants&) const {
+        cost_estimate c;
+        c.latency_terms = 2.0 * (p - 1);
+        c.bandwidth_bytes = 2.0 * (p - 1) * static_cast<double>(n);
+        c.reduced_bytes = (p - 1.0) * static_cast<double>(n);
+        return c;
+    }
+    template <class C, hitch::floating_element T>
+    void run(transport<C>& t, std::span<T> data, reduce_op op) const {
+        const int p = t.size();
+        if (p == 1) return;
+        if (t.rank() == 0) {
+            std::span<T> slot = t.template scratch<T>(data.size());
+            for (int r = 1; r < p; ++r) {
+                auto in = t.template receive<T>(r, 0, data.size(), slot);
+                in.wait(t.limit());
+                combine(data.data(), data.data(), in.data(), data.size(), op, r == p - 1 ? p : 1);
+                in.release();
+            }
+            std::vector<typename transport<C>::outgoing> sends;
+            for (int r = 1; r < p; ++r) sends.push_back(t.template send<T>(r, 1, std::span<const T>(data)));
+            for (auto& s : sends) s.wait(t.limit());
+        } else {
+            t.template send<T>(0, 0, std::span<const T>(data)).wait(t.limit());
+            t.template receive_into<T>(0, 1, data).wait(t.limit());
+        }
+    }
+};
+
+struct no_name : gather_scatter {
+    static constexpr int name = 0;
+};
+struct no_options {
+    static constexpr std::string_view name = "x";
+    cost_estimate cost(int, std::size_t, const cost_constants&) const { return {}; }
+    template <class C, class T>
+    void run(transport<C>&, std::span<T>, reduce_op) const {}
+};
+struct no_cost {
+    struct options {
+        void validate() const {}
+    };
+    static constexpr std::string_view name = "x";
+    no_cost() = default;
+    explicit no_cost(const options&) {}
+    template <class C, class T>
+    void run(transport<C>&, std::span<T>, reduce_op) const {}
+};
+struct float_only : gather_scatter {
+    template <class C>
+    void run(transport<C>&, std::span<float>, reduce_op) const {}
+};
+
+}  // namespace stand_in
+
+static_assert(hitch::allreduce_schedule<stand_in::gather_scatter, local>);
+static_assert(!hitch::schedule_has_name<stand_in::no_name>);
+static_assert(!hitch::allreduce_schedule<stand_in::no_name, local>);
+static_assert(!hitch::schedule_has_options<stand_in::no_options>);
+static_assert(!hitch::allreduce_schedule<stand_in::no_options, local>);
+static_assert(!hitch::schedule_has_cost<stand_in::no_cost>);
+static_assert(!hitch::allreduce_schedule<stand_in::no_cost, local>);
+static_assert(!hitch::schedule_runs_on<stand_in::float_only, local>, "half and bfloat16 are required too");
+static_assert(!hitch::allreduce_schedule<ring, int>, "an int is not a communicator");
+
+// every schedule hitch ships models the concept on comm::local, and the rooted ones offer reduce/broadcast
+static_assert(hitch::allreduce_schedule<ring, local> && hitch::allreduce_schedule<recursive_doubling, local> &&
+              hitch::allreduce_schedule<rabenseifner, local> && hitch::allreduce_schedule<binary_tree, local> &&
+              hitch::allreduce_schedule<double_binary_tree, local> && hitch::allreduce_schedule<hierarchical<>, local> &&
+              hitch::allreduce_schedule<parameter_server, local> && hitch::allreduce_schedule<automatic, local>);
+static_assert(hitch::rooted_schedule<ring, local> && hitch::rooted_schedule<binary_tree, local>);
+static_assert(!hitch::rooted_schedule<recursive_doubling, local>);
+
+#ifdef HITCH_TEST_HAVE_MPI
+static_assert(hitch::allreduce_schedule<native, hitch::comm::mpi>);
+static_assert(!hitch::allreduce_schedule<native, local>, "comm::local has no all-reduce of its own");
+static_assert(has_native_allreduce<hitch::comm::mpi>::value && !has_native_allreduce<local>::value);
+#endif
+
+TEST_CASE("a schedule written outside hitch runs through allreduce<S>()", "[allreduce][concept]") {
+    for (int p : {1, 2, 3, 6})
+        for (reduce_op op : {reduce_op::sum, reduce_op::average, reduce_op::min}) {
+            const auto value = [](int r, std::size_t i) { return hitch_test::exact_value<hitch::half>(r, i, 99); };
+            const auto want = hitch_test::reference<hitch::half>(p, 500, op, value);
+            const auto results = hitch::comm::run_local(p, [&](local& c) {
+                group g(c);
+                auto data = hitch_test::make_input<hitch::half>(c.rank(), 500, value);
+                allreduce<stand_in::gather_scatter>(g, hitch::view(data), op);
+                return data;
+            });
+            for (const auto& r : results)
+                CHECK(hitch_test::first_difference(std::span<const hitch::half>(r), std::span<const hitch::half>(want)) == -1);
+        }
+}
