@@ -42,11 +42,21 @@ inline void gradient(std::vector<float>& g, std::uint64_t seed, std::uint64_t t,
 inline bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // ---- float operations rounded one at a time -----------------------------------------------------------------------
-inline float fmul(float a, float b) { return static_cast<float>(static_cast<double>(a) * static_cast<double>(b)); }
-inline float fadd(float a, float b) { return static_cast<float>(static_cast<double>(a) + static_cast<double>(b)); }
-inline float fsub(float a, float b) { return static_cast<float>(static_cast<double>(a) - static_cast<double>(b)); }
-inline float fdiv(float a, float b) { return static_cast<float>(static_cast<double>(a) / static_cast<double>(b)); }
-inline float fsqrt(float a) { return static_cast<float>(std::sqrt(static_cast<double>(a))); }
+// Not inlined: GCC narrows (float)((double)a * (double)b) to a float multiply and, with FMA available in GNU mode,
+// would fuse it with the caller's next addition, which is exactly what these references must not do.
+[[gnu::noinline]] inline float fmul(float a, float b) {
+    return static_cast<float>(static_cast<double>(a) * static_cast<double>(b));
+}
+[[gnu::noinline]] inline float fadd(float a, float b) {
+    return static_cast<float>(static_cast<double>(a) + static_cast<double>(b));
+}
+[[gnu::noinline]] inline float fsub(float a, float b) {
+    return static_cast<float>(static_cast<double>(a) - static_cast<double>(b));
+}
+[[gnu::noinline]] inline float fdiv(float a, float b) {
+    return static_cast<float>(static_cast<double>(a) / static_cast<double>(b));
+}
+[[gnu::noinline]] inline float fsqrt(float a) { return static_cast<float>(std::sqrt(static_cast<double>(a))); }
 
 // ---- published rules in double --------------------------------------------------------------------------------------
 inline double l2(const std::vector<double>& x) {
