@@ -14,14 +14,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "../comm/suite.hpp"  // hitch_test::expect
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/core/dtype.hpp"
 
 namespace hitch_test {
-
-inline void expect(bool ok, const std::string& what) {
-    if (!ok) throw std::runtime_error("check failed: " + what);
-}
 
 inline std::uint32_t mix(std::uint32_t x) {
     x ^= x >> 16;
