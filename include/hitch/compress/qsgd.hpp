@@ -187,21 +187,32 @@ private:
             p = w->payload();
         }
         codes.resize(fixed ? size : n);
-        for (std::size_t k = 0; k < g_count; ++k) {
-            const std::size_t begin = k * size, len = std::min(size, n - begin);
-            const detail::group_moments mo = detail::moments<EF>(g + begin, EF ? r_in + begin : nullptr, len);
-            if (!std::isfinite(mo.sum_squares) || !std::isfinite(mo.max_abs))
-                detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
-            const auto norm = static_cast<float>(std::sqrt(mo.sum_squares));
-            if (fixed) wire::store_le(p + 16 + 4 * k, norm);
-            else norms[k] = norm;
-            const float unit = norm / levels;
-            const float to_levels = norm > 0.0f ? static_cast<float>(static_cast<double>(options_.levels) / norm) : 0.0f;
-            Code* c = codes.data() + (fixed ? 0 : begin);
-            detail::quantize<EF>(g + begin, EF ? r_in + begin : nullptr, EF ? r_out + begin : nullptr, len, begin, key,
-                                 to_levels, unit, levels, std::numeric_limits<float>::infinity(), c);
-            if (fixed) detail::pack_codes(c, len, b, p + front + begin * b / 8);
-        }
+        const detail::counter_rng base(key);
+        const bool wide = detail::use_wide();
+        bool finite = true;
+        // One dispatch for the whole bucket: moments, quantisation and packing of each group inlined together.
+        const auto groups_loop = [&]() HITCH_COMPRESS_INLINE_LAMBDA {
+            for (std::size_t k = 0; k < g_count; ++k) {
+                const std::size_t begin = k * size, len = std::min(size, n - begin);
+                detail::group_moments mo;
+                detail::moments_kernel<EF, true, false, false>(g + begin, EF ? r_in + begin : nullptr, len, mo);
+                if (!mo.finite || !std::isfinite(mo.sum_squares)) {
+                    finite = false;
+                    return;
+                }
+                const auto norm = static_cast<float>(std::sqrt(mo.sum_squares));
+                if (fixed) wire::store_le(p + 16 + 4 * k, norm);
+                else norms[k] = norm;
+                const detail::quantizer q{norm > 0.0f ? static_cast<float>(static_cast<double>(options_.levels) / norm) : 0.0f,
+                                          norm / levels, levels, static_cast<std::int32_t>(options_.levels), 0.0f};
+                Code* c = codes.data() + (fixed ? 0 : begin);
+                detail::quantize<EF, false>(g + begin, EF ? r_in + begin : nullptr, EF ? r_out + begin : nullptr, len,
+                                            begin, base, q, c, wide);
+                if (fixed) detail::pack_codes(c, len, b, p + front + begin * b / 8);
+            }
+        };
+        detail::run_wide(groups_loop);
+        if (!finite) detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
         ++s.step;
         if (fixed) {
             write_front(p, size >= n ? 0 : size);
@@ -250,20 +261,49 @@ private:
         const unsigned b = 1u + static_cast<unsigned>(std::bit_width(s));
         const auto stream = r.take(detail::code_bytes(n, b), "codes");
         r.expect_end();
-        // Check every code before writing anything.
-        for (std::size_t i = 0; i < n; ++i) {
-            const std::uint32_t c = detail::code_at(stream.data(), i, b);
-            if ((c >> 1) > s || c == 1u)
-                r.fail(hitch::detail::concat("code ", c, " of element ", i, " is not a level in [0, ", s, "] with a sign"));
-        }
         if (n * b % 8 != 0 && (static_cast<unsigned>(stream.back()) >> (n * b % 8)) != 0) r.fail("padding bits are not zero");
-        for (std::size_t i = 0; i < n; ++i) {
-            const std::uint32_t c = detail::code_at(stream.data(), i, b);
-            const float mag = static_cast<float>(c >> 1) * unit[i / size];
-            const float v = (c & 1u) ? -mag : mag;
-            if constexpr (Add) out[i] += v;
-            else out[i] = v;
+        if (b <= 8) decode_codes<Add, std::uint8_t>(r, stream.data(), n, s, b, size, unit, out);
+        else decode_codes<Add, std::uint16_t>(r, stream.data(), n, s, b, size, unit, out);
+    }
+
+    /// Checks every code (level <= s, no negative zero) before writing anything, then decodes, group by group.
+    template <bool Add, class Code>
+    void decode_codes(wire::reader& r, const std::byte* stream, std::size_t n, std::uint32_t s, unsigned b,
+                      std::size_t size, const std::vector<float>& unit, std::span<float> out) const {
+        std::vector<Code> codes(std::min(size, n));
+        std::size_t bad_at = n;
+        detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+            for (std::size_t begin = 0; begin < n && bad_at == n; begin += size) {
+                const std::size_t len = std::min(size, n - begin);
+                detail::unpack_codes(stream + begin * b / 8, len, b, codes.data());
+                std::uint32_t bad = 0;
+                for (std::size_t i = 0; i < len; ++i) bad |= ((codes[i] >> 1) > s) | (codes[i] == 1u);
+                if (bad != 0)
+                    for (std::size_t i = 0; i < len; ++i)
+                        if ((codes[i] >> 1) > s || codes[i] == 1u) {
+                            bad_at = begin + i;
+                            break;
+                        }
+            }
+        });
+        if (bad_at != n) {
+            const std::uint32_t c = detail::code_at(stream, bad_at, b);
+            r.fail(hitch::detail::concat("code ", c, " of element ", bad_at, " is not a level in [0, ", s, "] with a sign"));
         }
+        detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+            for (std::size_t begin = 0; begin < n; begin += size) {
+                const std::size_t len = std::min(size, n - begin);
+                detail::unpack_codes(stream + begin * b / 8, len, b, codes.data());
+                const float u = unit[begin / size];
+                float* o = out.data() + begin;
+                for (std::size_t i = 0; i < len; ++i) {
+                    const float mag = static_cast<float>(codes[i] >> 1) * u;
+                    const float v = (codes[i] & 1u) ? -mag : mag;
+                    if constexpr (Add) o[i] += v;
+                    else o[i] = v;
+                }
+            }
+        });
     }
 
     template <bool Add>

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -100,12 +101,20 @@ public:
             if ((c & 0x55u & ~(c >> 1)) != 0) r.fail(hitch::detail::concat("code 01 in byte ", j));
         }
         if (n % 4 != 0 && (static_cast<unsigned>(codes.back()) >> (2 * (n % 4))) != 0) r.fail("padding bits are not zero");
-        const float values[4] = {0.0f, 0.0f, scale, -scale};
-        for (std::size_t i = 0; i < n; ++i) {
-            const float v = values[(static_cast<unsigned>(codes[i / 4]) >> (2 * (i % 4))) & 3u];
-            if constexpr (Add) out[i] += v;
-            else out[i] = v;
-        }
+        std::vector<std::uint8_t> unpacked(std::min(n, block));
+        detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+            for (std::size_t begin = 0; begin < n; begin += block) {
+                const std::size_t len = std::min(block, n - begin);
+                detail::unpack_codes(codes.data() + begin / 4, len, 2, unpacked.data());
+                float* o = out.data() + begin;
+                for (std::size_t i = 0; i < len; ++i) {
+                    const float mag = (unpacked[i] >> 1) ? scale : 0.0f;
+                    const float v = (unpacked[i] & 1u) ? -mag : mag;
+                    if constexpr (Add) o[i] += v;
+                    else o[i] = v;
+                }
+            }
+        });
     }
 
     void save_state(const state& s, std::vector<std::byte>& blob) const {
@@ -131,12 +140,13 @@ private:
     template <bool EF>
     std::size_t encode_impl(const float* g, const float* r_in, float* r_out, std::size_t n, state& s,
                             std::vector<std::byte>& bytes, dtype type) const {
-        const detail::group_moments mo = detail::moments<EF>(g, r_in, n);
-        if (!std::isfinite(mo.sum_squares) || !std::isfinite(mo.max_abs))
-            detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
+        const bool clipping = options_.clip_sigmas > 0.0;
+        const detail::group_moments mo = clipping ? detail::moments<EF, true, true>(g, r_in, n)
+                                                  : detail::moments<EF, false, false>(g, r_in, n);
+        if (!mo.finite) detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
         float clip = std::numeric_limits<float>::infinity();
         float scale = mo.max_abs;
-        if (options_.clip_sigmas > 0.0 && n > 0) {
+        if (clipping && n > 0) {
             const double mean = mo.sum / static_cast<double>(n);
             const double variance = std::max(0.0, mo.sum_squares / static_cast<double>(n) - mean * mean);
             clip = static_cast<float>(options_.clip_sigmas * std::sqrt(variance));
@@ -147,15 +157,22 @@ private:
         std::byte* p = w.payload();
         wire::store_le(p, scale);
         wire::store_le<std::uint32_t>(p + 4, 0);
-        const float to_levels = scale > 0.0f ? 1.0f / scale : 0.0f;
-        const std::uint64_t key = detail::draw_key(options_.seed, s.stream, s.step);
+        const detail::quantizer q{scale > 0.0f ? 1.0f / scale : 0.0f, scale, 1.0f, 1, clip};
+        const detail::counter_rng base(detail::draw_key(options_.seed, s.stream, s.step));
+        const bool wide = detail::use_wide();
         s.codes.resize(std::min(n, block));
-        for (std::size_t begin = 0; begin < n; begin += block) {
-            const std::size_t len = std::min(block, n - begin);
-            detail::quantize<EF>(g + begin, EF ? r_in + begin : nullptr, EF ? r_out + begin : nullptr, len, begin, key,
-                                 to_levels, scale, 1.0f, clip, s.codes.data());
-            detail::pack_codes(s.codes.data(), len, 2, p + 8 + begin / 4);
-        }
+        std::uint8_t* codes = s.codes.data();
+        detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+            for (std::size_t begin = 0; begin < n; begin += block) {
+                const std::size_t len = std::min(block, n - begin);
+                const float* gb = g + begin;
+                const float* rb = EF ? r_in + begin : nullptr;
+                float* ob = EF ? r_out + begin : nullptr;
+                if (clipping) detail::quantize<EF, true>(gb, rb, ob, len, begin, base, q, codes, wide);
+                else detail::quantize<EF, false>(gb, rb, ob, len, begin, base, q, codes, wide);
+                detail::pack_codes(codes, len, 2, p + 8 + begin / 4);
+            }
+        });
         ++s.step;
         return w.finish(payload);
     }

@@ -3,9 +3,10 @@
 // sum), unbiased stochastic rounding to s levels, and packing of the per-element codes into a bit stream.
 //
 // An element v with unit u = scale / s (scale: the group's norm for QSGD, its largest magnitude for TernGrad) is
-// sent as level l in [0, s] with sign:  y = |v| / u,  l = floor(y) + [U < y - floor(y)],  U ~ uniform[0, 1),
-// so E[l u] = |v| (Alistarh et al. 2017, Lemma 3.1; Wen et al. 2017, eq. 3). U comes from the counter-based
-// generator, indexed by the element's position, so the result does not depend on the code path.
+// sent as level l in [0, s] with sign:  y = |v| / u,  l = floor(y + U),  U ~ uniform[0, 1), which is floor(y) + 1
+// with probability y - floor(y), so E[l u] = |v| (Alistarh et al. 2017, Lemma 3.1; Wen et al. 2017, eq. 3). U comes
+// from the counter-based generator, indexed by the element's position, so the result does not depend on the code
+// path (the AVX2 and baseline kernels compute the same bits).
 //
 // Code of an element: (level << 1) | sign, in b = 1 + bit_width(s) bits, element i at bits [i b, (i + 1) b) of
 // the stream, least significant bit first. A zero level carries sign 0 (a "negative zero" code is corrupt).
@@ -22,82 +23,176 @@
 
 namespace hitch::compress::detail {
 
-/// Reductions of a group, in eight double lanes (element i into lane i % 8), combined in lane order: the same
-/// bits from every code path.
+/// Reductions over a group. Partial results live in 32 float lanes (element i of a block into lane i % 32), are
+/// folded into doubles in lane order every `moment_block` elements, so every code path gives the same bits.
 struct group_moments {
     double sum = 0.0;
     double sum_squares = 0.0;
     float max_abs = 0.0f;
+    bool finite = true;  // no NaN or infinity met
 };
 
-template <bool EF>
-HITCH_COMPRESS_ALWAYS_INLINE group_moments moments_kernel(const float* g, const float* r, std::size_t n) {
-    double s[8] = {}, q[8] = {};
-    float m[8] = {};
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (std::size_t j = 0; j < 8; ++j) {
-            float v = g[i + j];
-            if constexpr (EF) v += r[i + j];
-            s[j] += static_cast<double>(v);
-            q[j] += static_cast<double>(v) * static_cast<double>(v);
-            // NaN-propagating max (a NaN must not vanish into the comparison).
+inline constexpr std::size_t moment_lanes = 32;
+inline constexpr std::size_t moment_block = 4096;
+
+template <bool EF, bool Squares, bool Sum, bool Max = true>
+HITCH_COMPRESS_ALWAYS_INLINE void moments_kernel(const float* g, const float* r, std::size_t n, group_moments& out) {
+    constexpr std::size_t L = moment_lanes;
+    for (std::size_t start = 0; start < n; start += moment_block) {
+        const std::size_t end = std::min(n, start + moment_block);
+        float s[L] = {}, q[L] = {}, m[L] = {};
+        std::uint32_t bad[L] = {};
+        std::size_t i = start;
+        for (; i + L <= end; i += L)
+            for (std::size_t j = 0; j < L; ++j) {
+                float v = g[i + j];
+                if constexpr (EF) v += r[i + j];
+                const float a = std::fabs(v);
+                if constexpr (Sum) s[j] += v;
+                if constexpr (Squares) q[j] += v * v;
+                if constexpr (Max) {
+                    m[j] = a > m[j] ? a : m[j];
+                    bad[j] |= a <= 3.40282347e38f ? 0u : 1u;
+                }
+            }
+        for (std::size_t j = 0; i < end; ++i, ++j) {
+            float v = g[i];
+            if constexpr (EF) v += r[i];
             const float a = std::fabs(v);
-            m[j] = (a > m[j] || a != a) ? a : m[j];
+            if constexpr (Sum) s[j] += v;
+            if constexpr (Squares) q[j] += v * v;
+            if constexpr (Max) {
+                m[j] = a > m[j] ? a : m[j];
+                bad[j] |= a <= 3.40282347e38f ? 0u : 1u;
+            }
         }
-    for (std::size_t j = 0; i < n; ++i, ++j) {
-        float v = g[i];
-        if constexpr (EF) v += r[i];
-        s[j] += static_cast<double>(v);
-        q[j] += static_cast<double>(v) * static_cast<double>(v);
-        const float a = std::fabs(v);
-        m[j] = (a > m[j] || a != a) ? a : m[j];
+        for (std::size_t j = 0; j < L; ++j) {
+            out.sum += static_cast<double>(s[j]);
+            out.sum_squares += static_cast<double>(q[j]);
+            out.max_abs = m[j] > out.max_abs ? m[j] : out.max_abs;
+            out.finite = out.finite && bad[j] == 0;
+        }
     }
-    group_moments out;
-    for (std::size_t j = 0; j < 8; ++j) {
-        out.sum += s[j];
-        out.sum_squares += q[j];
-        out.max_abs = (m[j] > out.max_abs || m[j] != m[j]) ? m[j] : out.max_abs;
-    }
-    return out;
 }
 
-template <bool EF>
+/// The moments of v = g (+ r) over n elements. Squares/Sum/Max select what is computed; without Max the
+/// finiteness check rests on the sums (NaN and infinities propagate into them; a sum of squares beyond float's
+/// range is reported as non-finite too).
+template <bool EF, bool Squares, bool Sum>
 inline group_moments moments(const float* g, const float* r, std::size_t n) {
-    return run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA { return moments_kernel<EF>(g, r, n); });
+    group_moments out;
+    run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA { moments_kernel<EF, Squares, Sum>(g, r, n, out); });
+    out.finite = out.finite && std::isfinite(out.sum_squares) && std::isfinite(out.sum);
+    return out;
 }
 
 /// Elements per random-number block: element i uses counter_rng(key).at_block(i / 65536).bits(i % 65536).
 inline constexpr std::size_t rng_block = 65536;
 
-/// Quantises n elements starting at global index `first` (the caller keeps [first, first + n) inside one rng block)
-/// to codes; with EF also writes r_out = v - decoded. `clip` (TernGrad's clipping) bounds |v| first.
-template <bool EF, class Code>
+/// What the quantiser needs for one group: y = min(|v| (clipped) * to_levels, s), level = floor(y + U) with U
+/// uniform in [0, 1) from the element's random bits, at most s; decoded magnitude level * unit.
+struct quantizer {
+    float to_levels;
+    float unit;
+    float s;
+    std::int32_t levels;
+    float clip;
+};
+
+/// Stochastic rounding by floor(y + U): P(level = floor(y) + 1) = y - floor(y). U = 1.m - 1 with 23 random mantissa
+/// bits, so the rounding is unbiased up to 2^-23 of a level (and the rounding of y + U, far below that).
+template <bool EF, bool Clip, class Code>
 HITCH_COMPRESS_ALWAYS_INLINE void quantize_kernel(const float* g, const float* r_in, float* r_out, std::size_t n,
-                                                  std::uint32_t first_in_block, counter_rng rng, float to_levels,
-                                                  float unit, float s, float clip, Code* codes) {
+                                                  std::uint32_t first, counter_rng rng, quantizer q, Code* codes) {
     for (std::size_t i = 0; i < n; ++i) {
         float v = g[i];
         if constexpr (EF) v += r_in[i];
-        const float a = std::min(std::fabs(v), clip);
-        const float y = std::min(a * to_levels, s);
-        const float floor_y = static_cast<float>(static_cast<std::int32_t>(y));
-        const float u = rng.uniform(first_in_block + static_cast<std::uint32_t>(i));
-        const float level = floor_y + (u < y - floor_y ? 1.0f : 0.0f);
-        const std::uint32_t negative = (std::bit_cast<std::uint32_t>(v) >> 31) & (level > 0.0f ? 1u : 0u);
+        float a = std::fabs(v);
+        if constexpr (Clip) a = std::min(a, q.clip);
+        const float y = std::min(a * q.to_levels, q.s);
+        const float f = std::bit_cast<float>((rng.bits(first + static_cast<std::uint32_t>(i)) >> 9) | 0x3f800000u);
+        const std::int32_t level = std::min(static_cast<std::int32_t>(y + f) - 1, q.levels);
+        const std::uint32_t negative = (std::bit_cast<std::uint32_t>(v) >> 31) & (level > 0 ? 1u : 0u);
         codes[i] = static_cast<Code>(static_cast<std::uint32_t>(level) << 1 | negative);
         if constexpr (EF) {
-            const float sent = level * unit;
+            const float sent = static_cast<float>(level) * q.unit;
             r_out[i] = v - (negative ? -sent : sent);
         }
     }
 }
 
-/// Quantises [begin, begin + n) of a bucket (indices global, for the random numbers) into codes[0, n).
-template <bool EF, class Code>
-inline void quantize(const float* g, const float* r_in, float* r_out, std::size_t n, std::size_t begin,
-                     std::uint64_t key, float to_levels, float unit, float s, float clip, Code* codes) {
-    const counter_rng base(key);
+#if HITCH_COMPRESS_X86
+/// The constants of quantize_avx2, broadcast once.
+struct quantize_avx2_constants {
+    __m256 abs_mask, clip, to_levels, s, unit;
+    __m256i lane, one_exp, k0, one, m1, m2, levels, zero;
+};
+
+/// Codes of elements [i, i + 8) as 32-bit lanes (and, with EF, their residuals).
+template <bool EF, bool Clip>
+__attribute__((target("avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m256i quantize8_avx2(
+    const quantize_avx2_constants& k, const float* g, const float* r_in, float* r_out, std::uint32_t index) {
+    __m256 v = _mm256_loadu_ps(g);
+    if constexpr (EF) v = _mm256_add_ps(v, _mm256_loadu_ps(r_in));
+    __m256 a = _mm256_and_ps(v, k.abs_mask);
+    if constexpr (Clip) a = _mm256_min_ps(a, k.clip);
+    const __m256 y = _mm256_min_ps(_mm256_mul_ps(a, k.to_levels), k.s);
+    __m256i x = _mm256_xor_si256(_mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(index)), k.lane), k.k0);
+    x = _mm256_mullo_epi32(_mm256_xor_si256(x, _mm256_srli_epi32(x, 16)), k.m1);
+    x = _mm256_mullo_epi32(_mm256_xor_si256(x, _mm256_srli_epi32(x, 15)), k.m2);
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    const __m256 f = _mm256_castsi256_ps(_mm256_or_si256(_mm256_srli_epi32(x, 9), k.one_exp));
+    const __m256i level = _mm256_min_epi32(_mm256_sub_epi32(_mm256_cvttps_epi32(_mm256_add_ps(y, f)), k.one), k.levels);
+    const __m256i negative = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 31),
+                                              _mm256_srli_epi32(_mm256_cmpgt_epi32(level, k.zero), 31));
+    if constexpr (EF) {
+        const __m256 sent = _mm256_mul_ps(_mm256_cvtepi32_ps(level), k.unit);
+        const __m256 signed_sent = _mm256_xor_ps(sent, _mm256_castsi256_ps(_mm256_slli_epi32(negative, 31)));
+        _mm256_storeu_ps(r_out, _mm256_sub_ps(v, signed_sent));
+    }
+    return _mm256_or_si256(_mm256_slli_epi32(level, 1), negative);
+}
+
+/// The same computation as quantize_kernel, 32 elements per step (four vectors packed to bytes together).
+template <bool EF, bool Clip>
+HITCH_TARGET_AVX2 inline void quantize_avx2(const float* g, const float* r_in, float* r_out, std::size_t n,
+                                            std::uint32_t first, counter_rng rng, quantizer q, std::uint8_t* codes) {
+    const quantize_avx2_constants k{_mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)),
+                                    _mm256_set1_ps(q.clip),
+                                    _mm256_set1_ps(q.to_levels),
+                                    _mm256_set1_ps(q.s),
+                                    _mm256_set1_ps(q.unit),
+                                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                    _mm256_set1_epi32(0x3f800000),
+                                    _mm256_set1_epi32(static_cast<int>(rng.key0())),
+                                    _mm256_set1_epi32(1),
+                                    _mm256_set1_epi32(0x7feb352d),
+                                    _mm256_set1_epi32(static_cast<int>(0x846ca68bu)),
+                                    _mm256_set1_epi32(q.levels),
+                                    _mm256_setzero_si256()};
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    std::size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i c[4];
+        for (std::size_t j = 0; j < 4; ++j) {
+            const std::size_t at = i + 8 * j;
+            c[j] = quantize8_avx2<EF, Clip>(k, g + at, EF ? r_in + at : r_in, EF ? r_out + at : r_out,
+                                            first + static_cast<std::uint32_t>(at));
+        }
+        const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(c[0], c[1]), _mm256_packus_epi32(c[2], c[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), _mm256_permutevar8x32_epi32(bytes, order));
+    }
+    quantize_kernel<EF, Clip>(g + i, EF ? r_in + i : r_in, EF ? r_out + i : r_out, n - i,
+                              first + static_cast<std::uint32_t>(i), rng, q, codes + i);
+}
+#endif
+
+/// Quantises [begin, begin + n) of a bucket (indices global, for the random numbers) into codes[0, n); with EF
+/// also writes r_out = v - decoded. `wide` selects the AVX2 kernel (callers decide once per encode).
+template <bool EF, bool Clip, class Code>
+HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, float* r_out, std::size_t n,
+                                           std::size_t begin, const counter_rng& base, const quantizer& q, Code* codes,
+                                           [[maybe_unused]] bool wide) {
     std::size_t done = 0;
     while (done < n) {
         const std::size_t index = begin + done;
@@ -108,9 +203,17 @@ inline void quantize(const float* g, const float* r_in, float* r_out, std::size_
         const float* rp = EF ? r_in + done : r_in;
         float* op = EF ? r_out + done : r_out;
         Code* cp = codes + done;
-        run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
-            quantize_kernel<EF>(gp, rp, op, len, static_cast<std::uint32_t>(offset), rng, to_levels, unit, s, clip, cp);
-        });
+        const auto first = static_cast<std::uint32_t>(offset);
+#if HITCH_COMPRESS_X86
+        if constexpr (sizeof(Code) == 1) {
+            if (wide) {
+                quantize_avx2<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
+                done += len;
+                continue;
+            }
+        }
+#endif
+        quantize_kernel<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
         done += len;
     }
 }
@@ -131,7 +234,7 @@ HITCH_COMPRESS_ALWAYS_INLINE void pack_pairs_of_bits(const std::uint8_t* codes, 
 
 /// Writes n codes of b bits at `out`, which starts on a byte boundary of the stream; the last byte is zero-padded.
 template <class Code>
-inline void pack_codes(const Code* codes, std::size_t n, unsigned b, std::byte* out) {
+HITCH_COMPRESS_ALWAYS_INLINE void pack_codes(const Code* codes, std::size_t n, unsigned b, std::byte* out) {
     if constexpr (sizeof(Code) == 1) {
         if (b == 8) {
             std::memcpy(out, codes, n);
@@ -139,13 +242,13 @@ inline void pack_codes(const Code* codes, std::size_t n, unsigned b, std::byte* 
         }
         if (b == 4) {
             const std::size_t pairs = n / 2;
-            run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA { pack_nibbles(codes, out, pairs); });
+            pack_nibbles(codes, out, pairs);
             if (n % 2) out[pairs] = static_cast<std::byte>(codes[n - 1]);
             return;
         }
         if (b == 2) {
             const std::size_t quads = n / 4;
-            run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA { pack_pairs_of_bits(codes, out, quads); });
+            pack_pairs_of_bits(codes, out, quads);
             if (n % 4) {
                 unsigned last = 0;
                 for (std::size_t i = quads * 4; i < n; ++i) last |= static_cast<unsigned>(codes[i]) << (2 * (i - quads * 4));
@@ -167,6 +270,38 @@ inline void pack_codes(const Code* codes, std::size_t n, unsigned b, std::byte* 
         }
     }
     if (bits > 0) *p = static_cast<std::byte>(acc);
+}
+
+/// Reads n codes of b bits from a stream starting on a byte boundary into codes[0, n).
+template <class Code>
+HITCH_COMPRESS_ALWAYS_INLINE void unpack_codes(const std::byte* in, std::size_t n, unsigned b, Code* codes) {
+    if constexpr (sizeof(Code) == 1) {
+        const auto* p = reinterpret_cast<const std::uint8_t*>(in);
+        if (b == 8) {
+            std::memcpy(codes, in, n);
+            return;
+        }
+        if (b == 4) {
+            for (std::size_t j = 0; j < n / 2; ++j) {
+                codes[2 * j] = static_cast<Code>(p[j] & 15u);
+                codes[2 * j + 1] = static_cast<Code>(p[j] >> 4);
+            }
+            if (n % 2) codes[n - 1] = static_cast<Code>(p[n / 2] & 15u);
+            return;
+        }
+        if (b == 2) {
+            for (std::size_t j = 0; j < n / 4; ++j)
+                for (std::size_t k = 0; k < 4; ++k) codes[4 * j + k] = static_cast<Code>((p[j] >> (2 * k)) & 3u);
+            for (std::size_t i = n / 4 * 4; i < n; ++i) codes[i] = static_cast<Code>((p[i / 4] >> (2 * (i % 4))) & 3u);
+            return;
+        }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t bit = i * b, first = bit / 8, last = (bit + b - 1) / 8;
+        std::uint32_t word = 0;
+        for (std::size_t k = first; k <= last; ++k) word |= static_cast<std::uint32_t>(in[k]) << (8 * (k - first));
+        codes[i] = static_cast<Code>((word >> (bit % 8)) & ((1u << b) - 1u));
+    }
 }
 
 /// Code i of a stream of b-bit codes (the stream holds at least code_bytes(i + 1, b) bytes).

@@ -1,10 +1,10 @@
 #pragma once
 // Reproducible randomness for the codecs.
 //
-// - counter_rng: a counter-based generator, u(key, i) = hash(i, key). Element i of a bucket gets its own uniform
-//   number whatever order (or thread, or instruction set) computes it, so stochastic rounding is reproducible
-//   and vectorises. The hash is two rounds of a 32-bit multiply-xorshift mixer (Wellons' "lowbias32" constants),
-//   keyed by 64 bits derived from (seed, stream, step) with splitmix64.
+// - counter_rng: a counter-based generator, u(key, i) = hash(i xor key). Element i of a bucket gets its own
+//   uniform number whatever order (or thread, or instruction set) computes it, so stochastic rounding is
+//   reproducible and vectorises. The hash is a 32-bit multiply-xorshift mixer (Wellons' "lowbias32", a full
+//   avalanche), keyed per block of 2^16 elements by splitmix64 of (seed, stream, step, block).
 // - xoshiro256ss: Blackman and Vigna's xoshiro256** for sequential draws (random-k indices, samples, initial Q).
 //
 // Neither is cryptographic; both are statistically strong enough that the unbiasedness tests cannot tell them
@@ -58,9 +58,9 @@ public:
         return r;
     }
 
-    HITCH_COMPRESS_ALWAYS_INLINE std::uint32_t bits(std::uint32_t i) const noexcept {
-        return mix32(mix32(i ^ k0_) + k1_);
-    }
+    HITCH_COMPRESS_ALWAYS_INLINE std::uint32_t bits(std::uint32_t i) const noexcept { return mix32(i ^ k0_); }
+    /// The 32-bit key the hash of this block uses (for vectorised copies of bits()).
+    [[nodiscard]] constexpr std::uint32_t key0() const noexcept { return k0_; }
     /// Uniform in [0, 1) with 24 random bits (exactly representable as float).
     HITCH_COMPRESS_ALWAYS_INLINE float uniform(std::uint32_t i) const noexcept {
         return static_cast<float>(bits(i) >> 8) * 0x1p-24f;
