@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <numeric>
 #include <stdexcept>
 #include <thread>
@@ -41,11 +42,13 @@ TEST_CASE("parallel_for uses several threads when asked", "[parallel]") {
     hitch::thread_pool pool(2);
     std::vector<std::thread::id> ids(2);
     std::atomic<int> arrived{0};
-    // Each chunk waits (bounded) for the other, so both must run at once on two threads.
+    // Each chunk waits for the other, so both must run at once on two threads. The wait is bounded in time (10 s),
+    // not in spins, so a loaded machine that is slow to wake the worker does not fail the test.
     hitch::parallel_chunks(2, [&](std::size_t c) {
         ids[c] = std::this_thread::get_id();
         ++arrived;
-        for (int spin = 0; spin < 2000000 && arrived.load() < 2; ++spin) std::this_thread::yield();
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (arrived.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
     }, {.pool = &pool});
     CHECK(arrived.load() == 2);
     CHECK(ids[0] != ids[1]);
