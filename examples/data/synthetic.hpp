@@ -13,15 +13,18 @@
 
 namespace hitch_examples::data {
 
+/// `samples` images of height x width x channels in `classes` classes. The prototypes come from `seed`, the samples
+/// from (seed, stream): a training and a test set are the same seed with streams 0 and 1.
 inline dataset make_synthetic(std::size_t samples, std::size_t height, std::size_t width, std::size_t channels,
-                              std::size_t classes, std::uint64_t seed) {
+                              std::size_t classes, std::uint64_t seed, std::uint64_t stream = 0) {
     if (samples == 0 || height == 0 || width == 0 || channels == 0 || classes < 2 || classes > 256)
         throw std::invalid_argument("data::make_synthetic: samples, height, width and channels must be positive "
                                     "and classes within [2, 256]");
-    nn::random_source rng(seed);
     const std::size_t n = height * width * channels;
     std::vector<double> prototypes(classes * n);
-    for (double& v : prototypes) v = 64.0 + 128.0 * rng.uniform();
+    nn::random_source prototype_rng(seed);
+    for (double& v : prototypes) v = 64.0 + 128.0 * prototype_rng.uniform();
+    nn::random_source rng(nn::random_source::derive(seed, stream));
     dataset d;
     d.name = "synthetic";
     d.classes = classes;

@@ -99,10 +99,12 @@ public:
                                         std::to_string(output_gradient.size()) + " values, the batch needs " +
                                         std::to_string(batch_ * output_.size()));
         const gradient_ready ready(on_gradient_ready);
+        // Below the first layer with parameters nothing needs a gradient, unless the caller asked for dL/dx.
+        const std::size_t last = input_gradient ? 0 : first_trainable_layer();
         const T* dy = output_gradient.data();
-        for (std::size_t i = layers_.size(); i-- > 0;) {
+        for (std::size_t i = layers_.size(); i-- > last;) {
             // Gradients alternate between two buffers: layer i reads what layer i + 1 wrote into the other one.
-            T* dx = i > 0 ? (i % 2 ? gradient_a_.data() : gradient_b_.data()) : input_gradient;
+            T* dx = i > last ? (i % 2 ? gradient_a_.data() : gradient_b_.data()) : input_gradient;
             const T* x = i > 0 ? outputs_[i - 1].data() : input_data_;
             layers_[i]->backward(x, outputs_[i].data(), dy, dx, make_pass(ready.shifted(first_parameter_[i])));
             dy = dx;
@@ -131,6 +133,12 @@ public:
     }
 
 private:
+    [[nodiscard]] std::size_t first_trainable_layer() const {
+        std::size_t i = 0;
+        while (i + 1 < layers_.size() && layers_[i]->parameters().empty()) ++i;
+        return i;
+    }
+
     pass<T> make_pass(gradient_ready ready) {
         return {batch_, mode_, std::span<T>(workspace_.data(), workspace_.size()), ready};
     }

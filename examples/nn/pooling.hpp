@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
+#include <vector>
 #include <string>
 
 #include "nn/layer.hpp"
@@ -13,7 +13,8 @@
 namespace hitch_examples::nn {
 
 /// y = max over each window x window block (stride = window; a ragged last row/column is dropped). Backward sends
-/// dy to the element that was the maximum, remembered in forward.
+/// dy to the first element of the window that equals the maximum, found again from x and y: no indices are stored,
+/// and both passes are element-wise selects that vectorise.
 template <class T>
 class max_pool2d : public layer<T> {
 public:
@@ -21,45 +22,49 @@ public:
         if (window == 0) throw std::invalid_argument("nn::max_pool2d: window must be positive");
     }
 
-    shape setup(const shape& input, std::size_t max_batch) override {
+    shape setup(const shape& input, std::size_t /*max_batch*/) override {
         in_ = input;
         out_ = {input.height / window_, input.width / window_, input.channels};
         if (out_.height == 0 || out_.width == 0)
             throw std::invalid_argument("nn::max_pool2d: the input " + in_.str() + " is smaller than the " +
                                         std::to_string(window_) + "x" + std::to_string(window_) + " window");
-        if (max_batch * in_.size() > std::numeric_limits<std::uint32_t>::max())
-            throw std::invalid_argument("nn::max_pool2d: the batch is too large for 32-bit argmax indices");
-        argmax_ = xt::xtensor<std::uint32_t, 1>::from_shape({max_batch * out_.size()});
+        open_.assign(input.channels, T{1});
         return out_;
     }
 
     void forward(const T* x, T* y, const pass<T>& p) override {
         const std::size_t c = in_.channels;
-        std::size_t o = 0;  // first element of the current output pixel
-        for (std::size_t b = 0; b < p.batch; ++b)
-            for (std::size_t oh = 0; oh < out_.height; ++oh)
-                for (std::size_t ow = 0; ow < out_.width; ++ow, o += c) {
-                    T* out = y + o;
-                    std::uint32_t* arg = argmax_.data() + o;
-                    for (std::size_t i = 0; i < window_; ++i)
-                        for (std::size_t j = 0; j < window_; ++j) {
-                            const std::size_t at = ((b * in_.height + oh * window_ + i) * in_.width +
-                                                    ow * window_ + j) * c;
-                            const bool first = i == 0 && j == 0;
-                            for (std::size_t k = 0; k < c; ++k)
-                                if (first || x[at + k] > out[k]) {
-                                    out[k] = x[at + k];
-                                    arg[k] = static_cast<std::uint32_t>(at + k);
-                                }
-                        }
-                }
+        for_each_window(p.batch, [&](std::size_t o, std::size_t corner) {
+            T* out = y + o;
+            std::copy_n(x + corner, c, out);
+            for_each_other_position(corner, [&](std::size_t at) {
+                const T* in = x + at;
+                for (std::size_t k = 0; k < c; ++k) out[k] = std::max(out[k], in[k]);
+            });
+        });
     }
 
-    void backward(const T* /*x*/, const T* /*y*/, const T* dy, T* dx, const pass<T>& p) override {
+    void backward(const T* x, const T* y, const T* dy, T* dx, const pass<T>& p) override {
         if (!dx) return;
-        std::fill_n(dx, p.batch * in_.size(), T{0});
-        const std::size_t n = p.batch * out_.size();
-        for (std::size_t i = 0; i < n; ++i) dx[argmax_[i]] += dy[i];
+        if (in_.height % window_ != 0 || in_.width % window_ != 0) std::fill_n(dx, p.batch * in_.size(), T{0});
+        const std::size_t c = in_.channels;
+        T* open = open_.data();
+        for_each_window(p.batch, [&](std::size_t o, std::size_t corner) {
+            std::fill_n(open, c, T{1});
+            const T *max = y + o, *g = dy + o;
+            const auto visit = [&](std::size_t at) {
+                const T* in = x + at;
+                T* d = dx + at;
+                for (std::size_t k = 0; k < c; ++k) {  // arithmetic rather than branches, so this vectorises
+                    const T gk = g[k], is_max = in[k] == max[k] ? T{1} : T{0};
+                    const T first = is_max * open[k];  // 1 for the first maximum of the window, else 0
+                    d[k] = first > T{0} ? gk : T{0};
+                    open[k] -= first;
+                }
+            };
+            visit(corner);
+            for_each_other_position(corner, visit);
+        });
     }
 
     [[nodiscard]] std::string describe() const override {
@@ -68,9 +73,26 @@ public:
     }
 
 private:
+    /// fn(first element of the output pixel, first element of its window's top-left input pixel).
+    template <class Fn>
+    void for_each_window(std::size_t batch, Fn&& fn) const {
+        std::size_t o = 0;
+        for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t oh = 0; oh < out_.height; ++oh)
+                for (std::size_t ow = 0; ow < out_.width; ++ow, o += in_.channels)
+                    fn(o, ((b * in_.height + oh * window_) * in_.width + ow * window_) * in_.channels);
+    }
+
+    /// fn(first element of each input pixel of the window but the top-left one).
+    template <class Fn>
+    void for_each_other_position(std::size_t corner, Fn&& fn) const {
+        for (std::size_t i = 0; i < window_; ++i)
+            for (std::size_t j = i == 0 ? 1 : 0; j < window_; ++j) fn(corner + (i * in_.width + j) * in_.channels);
+    }
+
     std::size_t window_;
     shape in_, out_;
-    xt::xtensor<std::uint32_t, 1> argmax_;  // per output element: its input element within the batch
+    std::vector<T> open_;  // backward: per channel, 1 until the window's maximum has received its dy
 };
 
 /// y[c] = mean over all h x w positions of x[., ., c].

@@ -16,7 +16,10 @@ void relu_forward(const T* x, T* y, std::size_t n) {
 /// dx = dy masked by y > 0 (dx may be dy itself).
 template <class T>
 void relu_backward(const T* y, const T* dy, T* dx, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) dx[i] = y[i] > T{0} ? dy[i] : T{0};
+    for (std::size_t i = 0; i < n; ++i) {
+        const T g = dy[i];  // read unconditionally, so the loop vectorises into a compare and a mask
+        dx[i] = y[i] > T{0} ? g : T{0};
+    }
 }
 
 template <class T>
