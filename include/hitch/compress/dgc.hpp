@@ -12,7 +12,8 @@
 // The accumulated velocity v is DGC's own error feedback, so dgc must not be wrapped in error_feedback; momentum is
 // applied here, so pair dgc with plain SGD (the decoded message is the update direction).
 //
-// Bytes on the wire: as topk (32 + 8 + 4k + index varints); state: u and v (2n floats) and the step.
+// Bytes on the wire: as topk (32 + 8 + 4k + index varints); state: u and v (2n floats, saved) and the step, with a
+// second u and v so that an encode can be taken back.
 
 #include <algorithm>
 #include <array>
@@ -80,6 +81,7 @@ public:
         std::uint64_t step = 0;
         std::vector<float> u;  // momentum
         std::vector<float> v;  // accumulated velocity (what has not been sent)
+        std::vector<float> u_other, v_other;  // the previous u and v after an encode (for undo), else workspace
         detail::sparse_selection selection;  // workspace
         std::vector<float> scratch;          // workspace
     };
@@ -89,7 +91,8 @@ public:
     [[nodiscard]] const options& get_options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const {
-        return {count, 0, std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f), {}, {}};
+        return {count, 0, std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f),
+                std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f), {}, {}};
     }
     /// The density the schedule gives at encode number `step`.
     [[nodiscard]] double density(std::uint64_t step) const noexcept {
@@ -105,7 +108,7 @@ public:
 
     std::size_t encode_floats(std::span<const float> g, state& s, std::vector<std::byte>& bytes, dtype type) const {
         const std::size_t n = g.size();
-        if (s.u.size() != n || s.v.size() != n)
+        if (s.u.size() != n || s.v.size() != n || s.u_other.size() != n || s.v_other.size() != n)
             throw config_error(hitch::detail::concat(who, ": the state's vectors do not match the bucket of ", n));
         // The norm pass also refuses non-finite gradients before the state changes.
         double norm2 = 0.0;
@@ -124,26 +127,28 @@ public:
             const double norm = std::sqrt(norm2);
             if (norm > limit) scale = static_cast<float>(limit / norm);
         }
+        // The new u and v go beside the old ones, swapped in at the end (undo swaps them back).
         const auto m = static_cast<float>(options_.momentum);
-        float* u = s.u.data();
-        float* v = s.v.data();
+        const float* u0 = s.u.data();
+        const float* v0 = s.v.data();
+        float* u = s.u_other.data();
+        float* v = s.v_other.data();
         if (options_.nesterov) {
             for (std::size_t i = 0; i < n; ++i) {
                 const float gi = scale * g[i];
-                u[i] = m * (u[i] + gi);
-                v[i] += u[i] + gi;
+                u[i] = m * (u0[i] + gi);
+                v[i] = v0[i] + (u[i] + gi);
             }
         } else {
             for (std::size_t i = 0; i < n; ++i) {
-                u[i] = m * u[i] + scale * g[i];
-                v[i] += u[i];
+                u[i] = m * u0[i] + scale * g[i];
+                v[i] = v0[i] + u[i];
             }
         }
         const std::size_t k = detail::selected_count(n, density(s.step));
         const detail::sampling how{options_.sample_fraction, options_.min_sample, 4};
         if (!detail::topk_sampled(v, n, k, detail::draw_key(options_.seed, 0, s.step), how, s.selection, s.scratch))
             detail::throw_non_finite(who, "the accumulated velocity");
-        ++s.step;
         const std::size_t payload = detail::sparse_payload_bytes(s.selection);
         wire::writer w(bytes, codec_id, type, n, payload);
         detail::write_sparse(w.payload(), s.selection);
@@ -151,7 +156,18 @@ public:
             u[i] = 0.0f;
             v[i] = 0.0f;
         }
+        std::swap(s.u, s.u_other);
+        std::swap(s.v, s.v_other);
+        ++s.step;
         return w.finish(payload);
+    }
+
+    /// Takes back the last encode (the aggregation calls it when another rank failed): the previous momentum and
+    /// velocity are swapped back in.
+    void undo(state& s) const noexcept {
+        std::swap(s.u, s.u_other);
+        std::swap(s.v, s.v_other);
+        if (s.step > 0) --s.step;
     }
 
     template <bool Add>
@@ -182,6 +198,8 @@ public:
         s.step = step;
         s.u = std::move(u);
         s.v = std::move(v);
+        s.u_other.assign(s.count, 0.0f);
+        s.v_other.assign(s.count, 0.0f);
     }
 
 private:

@@ -161,6 +161,13 @@ public:
         codec_.decode_summed(sum, s.inner, out);
     }
 
+    /// Takes back the last successful encode (the aggregation calls it when another rank failed, so the exchange
+    /// delivered nothing): the previous residual, still beside the current one, is swapped back in.
+    void undo(state& s) const {
+        std::swap(s.residual, s.next);
+        if constexpr (requires { codec_.undo(s.inner); }) codec_.undo(s.inner);
+    }
+
     /// Blob payload: u64 n, n floats of residual, u64 length of the inner codec's blob, that blob.
     void save_state(const state& s, std::vector<std::byte>& blob) const {
         std::vector<std::byte> body;

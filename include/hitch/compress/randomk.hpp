@@ -176,6 +176,11 @@ public:
     /// What every rank must agree on before the values are summed: the key of the draw.
     [[nodiscard]] std::uint64_t agreement_value(const state& s) const noexcept { return s.last_key; }
 
+    /// Takes back the last encode's step (the aggregation calls it when another rank failed to encode).
+    void undo(state& s) const noexcept {
+        if (s.step > 0) --s.step;
+    }
+
     void save_state(const state& s, std::vector<std::byte>& blob) const {
         std::vector<std::byte> body;
         wire::put_scalar<std::uint64_t>(body, s.step);

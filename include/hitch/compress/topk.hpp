@@ -122,6 +122,11 @@ public:
         detail::scatter<Add>(sel, out);
     }
 
+    /// Takes back the last encode's step (the aggregation calls it when another rank failed to encode).
+    void undo(state& s) const noexcept {
+        if (s.step > 0) --s.step;
+    }
+
     void save_state(const state& s, std::vector<std::byte>& blob) const {
         std::vector<std::byte> body;
         wire::put_scalar<std::uint64_t>(body, s.step);
