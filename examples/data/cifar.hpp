@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "data/dataset.hpp"
-#include "data/mnist.hpp"  // split
 
 namespace hitch_examples::data {
 

@@ -20,6 +20,9 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+/// Which part of a data set to load.
+enum class split { train, test };
+
 struct dataset {
     std::string name;                     ///< e.g. "fashion-mnist train"
     xt::xtensor<std::uint8_t, 4> images;  ///< samples x height x width x channels

@@ -13,8 +13,6 @@ namespace hitch_examples::data {
 
 inline const std::filesystem::path default_fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
 
-enum class split { train, test };
-
 namespace detail {
 
 /// The first of `stem`-idxN-ubyte.gz, -idxN-ubyte, .idxN-ubyte(.gz) that exists in dir; data_error listing them all

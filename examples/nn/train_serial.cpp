@@ -20,6 +20,7 @@
 #include "data/mnist.hpp"
 #include "data/sampler.hpp"
 #include "data/synthetic.hpp"
+#include "nn/evaluate.hpp"
 #include "nn/nn.hpp"
 
 namespace nn = hitch_examples::nn;
@@ -69,24 +70,6 @@ double learning_rate(const recipe& r, std::size_t step, std::size_t total) {
     if (r.schedule == "cosine") return r.lr * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
     if (r.schedule == "step") return r.lr * (progress < 0.5 ? 1.0 : progress < 0.75 ? 0.1 : 0.01);
     return r.lr;
-}
-
-struct evaluation {
-    double loss = 0, accuracy = 0;
-};
-
-evaluation evaluate(nn::model<float>& m, const data::dataset& d, const data::normalization& norm) {
-    data::batch_loader<float> loader(d, norm, m.max_batch());
-    nn::softmax_cross_entropy<float> loss(m.max_batch(), d.classes);
-    double total_loss = 0;
-    std::size_t correct = 0;
-    for (std::size_t first = 0; first < d.size(); first += m.max_batch()) {
-        loader.load_range(first, std::min(m.max_batch(), d.size() - first));
-        total_loss += loss.forward(m.forward(loader.images(), loader.size(), nn::mode::eval), loader.labels()) *
-                      static_cast<double>(loader.size());
-        correct += loss.correct();
-    }
-    return {total_loss / static_cast<double>(d.size()), static_cast<double>(correct) / static_cast<double>(d.size())};
 }
 
 nn::model<float> build(const recipe& r) {
@@ -142,7 +125,7 @@ int main(int argc, char** argv) {
         const std::size_t total_steps = r.epochs * sampler.batches_per_epoch(r.batch);
         std::size_t step = 0;
         double train_seconds = 0, train_cpu_seconds = 0;
-        evaluation last;
+        nn::evaluation last;
         for (std::size_t epoch = 0; epoch < r.epochs; ++epoch, sampler.next_epoch()) {
             const auto start = std::chrono::steady_clock::now();
             const std::clock_t cpu_start = std::clock();
@@ -162,7 +145,7 @@ int main(int argc, char** argv) {
             const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
             train_seconds += seconds;
             train_cpu_seconds += cpu_seconds;
-            last = evaluate(m, test, norm);
+            last = nn::evaluate(m, test, norm);
             std::printf("epoch %zu: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.1f s, %.0f samples/s, "
                         "%.0f samples/cpu-s\n",
                         epoch + 1, loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen),

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "gradient_check.hpp"
@@ -161,4 +162,36 @@ TEST_CASE("float and double models compute the same function", "[examples][nn][m
     const auto yf = f.forward(xf, 2, nn::mode::train);
     const auto yd = d.forward(xd, 2, nn::mode::train);
     for (std::size_t i = 0; i < yf.size(); ++i) CHECK(yf[i] == Approx(yd[i]).margin(1e-4).epsilon(1e-3));
+}
+
+TEST_CASE("models train concurrently on threads (one BLAS thread each) exactly as they do alone",
+          "[examples][nn][model]") {
+    // Ranks as threads (comm::local) run one model per thread: the BLAS must be safe to call concurrently.
+    nn::set_blas_threads(1);
+    const std::size_t batch = 16, steps = 5;
+    const auto train = [&](nn::model<float>& m) {
+        nn::softmax_cross_entropy<float> loss(batch, 10);
+        std::vector<std::int32_t> labels(batch);
+        for (std::size_t s = 0; s < steps; ++s) {
+            const auto x = random_batch(m, batch, 100 + s);
+            for (std::size_t b = 0; b < batch; ++b) labels[b] = static_cast<std::int32_t>((b + s) % 10);
+            loss.forward(m.forward(x, batch, nn::mode::train), labels);
+            m.backward(loss.gradient());
+            for (const auto& p : m.parameters())
+                for (std::size_t i = 0; i < p.value.size(); ++i) p.value[i] -= 0.05f * p.gradient[i];
+        }
+    };
+    auto alone = nn::mnist_cnn<float>(batch, 9);
+    train(alone);
+    std::vector<nn::model<float>> models;
+    for (int t = 0; t < 3; ++t) models.push_back(nn::mnist_cnn<float>(batch, 9));
+    std::vector<std::thread> threads;
+    for (auto& m : models) threads.emplace_back([&train, &m] { train(m); });
+    for (auto& t : threads) t.join();
+    for (auto& m : models)
+        for (std::size_t i = 0; i < m.parameters().size(); ++i) {
+            const auto& a = m.parameters()[i].value;
+            const auto& b = alone.parameters()[i].value;
+            CHECK(std::equal(a.begin(), a.end(), b.begin()));
+        }
 }
