@@ -67,17 +67,13 @@ public:
         const T* col = direct_ ? x : im2col(x, p.batch, p.workspace.data());
         gemm(false, true, rows, out_channels_, patch_, T{1}, col, patch_, weight_.data(), patch_, T{0}, y,
              out_channels_);
-        if (options_.bias)
-            for (std::size_t r = 0; r < rows; ++r)
-                for (std::size_t k = 0; k < out_channels_; ++k) y[r * out_channels_ + k] += bias_[k];
+        if (options_.bias) add_to_rows(y, rows, out_channels_, bias_.data());
     }
 
     void backward(const T* x, const T* /*y*/, const T* dy, T* dx, const pass<T>& p) override {
         const std::size_t rows = p.batch * out_.height * out_.width;
         if (options_.bias) {
-            std::fill(bias_grad_.begin(), bias_grad_.end(), T{0});
-            for (std::size_t r = 0; r < rows; ++r)
-                for (std::size_t k = 0; k < out_channels_; ++k) bias_grad_[k] += dy[r * out_channels_ + k];
+            sum_rows(dy, rows, out_channels_, bias_grad_.data());
             p.ready(1);
         }
         const T* col = direct_ ? x : im2col(x, p.batch, p.workspace.data());

@@ -3,7 +3,6 @@
 
 #include <xtensor/xtensor.hpp>
 
-#include <algorithm>
 #include <string>
 
 #include "nn/blas.hpp"
@@ -36,20 +35,13 @@ public:
 
     void forward(const T* x, T* y, const pass<T>& p) override {
         gemm(false, true, p.batch, outputs_, inputs_, T{1}, x, inputs_, weight_.data(), inputs_, T{0}, y, outputs_);
-        for (std::size_t b = 0; b < p.batch; ++b) {
-            T* row = y + b * outputs_;
-            for (std::size_t o = 0; o < outputs_; ++o) row[o] += bias_[o];
-        }
+        add_to_rows(y, p.batch, outputs_, bias_.data());
     }
 
     void backward(const T* x, const T* /*y*/, const T* dy, T* dx, const pass<T>& p) override {
         // db = sum over the batch of dy; dW = dy^T x; dx = dy W. The gradients are reported before dx is computed
         // so that their communication overlaps the rest of the backward pass.
-        std::fill(bias_grad_.begin(), bias_grad_.end(), T{0});
-        for (std::size_t b = 0; b < p.batch; ++b) {
-            const T* row = dy + b * outputs_;
-            for (std::size_t o = 0; o < outputs_; ++o) bias_grad_[o] += row[o];
-        }
+        sum_rows(dy, p.batch, outputs_, bias_grad_.data());
         p.ready(1);
         gemm(true, false, outputs_, inputs_, p.batch, T{1}, dy, outputs_, x, inputs_, T{0}, weight_grad_.data(),
              inputs_);

@@ -5,6 +5,7 @@
 // over the whole batch and a fully connected layer sees each sample as one row. Every buffer a layer needs is
 // allocated in setup() for the largest batch, so training steps allocate nothing.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -136,6 +137,21 @@ template <class T>
 void he_normal(std::span<T> weights, std::size_t fan_in, random_source& rng) {
     const double stddev = std::sqrt(2.0 / static_cast<double>(fan_in));
     for (T& w : weights) w = static_cast<T>(stddev * rng.normal());
+}
+
+/// y[r, :] += b for each of the `rows` rows of the row-major rows x cols matrix y (a bias on every sample/pixel).
+template <class T>
+void add_to_rows(T* y, std::size_t rows, std::size_t cols, const T* b) {
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t k = 0; k < cols; ++k) y[r * cols + k] += b[k];
+}
+
+/// out = sum over rows of the row-major rows x cols matrix dy (a bias gradient).
+template <class T>
+void sum_rows(const T* dy, std::size_t rows, std::size_t cols, T* out) {
+    std::fill_n(out, cols, T{0});
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t k = 0; k < cols; ++k) out[k] += dy[r * cols + k];
 }
 
 /// A span over an xtensor container's storage.

@@ -9,7 +9,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include <algorithm>
-#include <array>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -38,15 +38,19 @@ public:
         bn1_.setup(out_, max_batch);
         conv2_.setup(out_, max_batch);
         bn2_.setup(out_, max_batch);
-        for (auto* child : children()) this->adopt(*child);
         if (stride_ != 1 || input.channels != out_channels_) {
             shortcut_.emplace(name_ + ".shortcut", out_channels_, 1,
                               conv2d_options{.stride = stride_, .padding = 0, .bias = false});
             shortcut_bn_.emplace(name_ + ".shortcut_bn");
             shortcut_->setup(input, max_batch);
             shortcut_bn_->setup(out_, max_batch);
-            this->adopt(*shortcut_);
-            this->adopt(*shortcut_bn_);
+        }
+        std::size_t first = 0;  // each child's first parameter among the block's
+        for (auto* child : all_children()) {
+            first_parameter_.push_back(first);
+            first += child->parameters().size();
+            this->adopt(*child);
+            workspace_ = std::max(workspace_, child->workspace_size());
         }
         const auto buffer = [&] { return xt::xtensor<T, 1>::from_shape({max_batch * out_.size()}); };
         for (auto* b : {&a_, &h_, &d_, &g_, &t_, &u_}) *b = buffer();
@@ -55,19 +59,10 @@ public:
         return out_;
     }
 
-    [[nodiscard]] std::size_t workspace_size() const override {
-        std::size_t n = 0;
-        for (auto* child : children()) n = std::max(n, child->workspace_size());
-        if (shortcut_) n = std::max(n, shortcut_->workspace_size());
-        return n;
-    }
+    [[nodiscard]] std::size_t workspace_size() const override { return workspace_; }
 
     void initialize(random_source& rng) override {
-        for (auto* child : children()) child->initialize(rng);
-        if (shortcut_) {
-            shortcut_->initialize(rng);
-            shortcut_bn_->initialize(rng);
-        }
+        for (auto* child : all_children()) child->initialize(rng);
     }
 
     void forward(const T* x, T* y, const pass<T>& p) override {
@@ -89,24 +84,22 @@ public:
     void backward(const T* x, const T* y, const T* dy, T* dx, const pass<T>& p) override {
         const std::size_t n = p.batch * out_.size();
         relu_backward(y, dy, g_.data(), n);  // g = dL/d(main + skip), shared by both branches
-        const pass<T> conv1_pass = shifted(p, 0), bn1_pass = shifted(p, 1), conv2_pass = shifted(p, 3),
-                      bn2_pass = shifted(p, 4);
         if (shortcut_) {  // the last parameters: finished first
-            shortcut_bn_->backward(s1_.data(), s2_.data(), g_.data(), t_.data(), shifted(p, 7));
-            shortcut_->backward(x, s1_.data(), t_.data(), dx, shifted(p, 6));
+            shortcut_bn_->backward(s1_.data(), s2_.data(), g_.data(), t_.data(), child_pass(p, 5));
+            shortcut_->backward(x, s1_.data(), t_.data(), dx, child_pass(p, 4));
         }
-        bn2_.backward(d_.data(), y, g_.data(), t_.data(), bn2_pass);
-        conv2_.backward(h_.data(), d_.data(), t_.data(), u_.data(), conv2_pass);
+        bn2_.backward(d_.data(), y, g_.data(), t_.data(), child_pass(p, 3));
+        conv2_.backward(h_.data(), d_.data(), t_.data(), u_.data(), child_pass(p, 2));
         relu_backward(h_.data(), u_.data(), u_.data(), n);
-        bn1_.backward(a_.data(), h_.data(), u_.data(), t_.data(), bn1_pass);
+        bn1_.backward(a_.data(), h_.data(), u_.data(), t_.data(), child_pass(p, 1));
         if (!dx) {
-            conv1_.backward(x, a_.data(), t_.data(), nullptr, conv1_pass);
+            conv1_.backward(x, a_.data(), t_.data(), nullptr, child_pass(p, 0));
             return;
         }
         // dx = conv1's dx + the skip's dx (already in dx with a projection, g itself with the identity).
-        conv1_.backward(x, a_.data(), t_.data(), w_.data(), conv1_pass);
-        const T* other = shortcut_ ? dx : g_.data();
-        for (std::size_t i = 0, m = p.batch * in_.size(); i < m; ++i) dx[i] = w_[i] + other[i];
+        conv1_.backward(x, a_.data(), t_.data(), w_.data(), child_pass(p, 0));
+        const T *main = w_.data(), *skip = shortcut_ ? dx : g_.data();
+        for (std::size_t i = 0, m = p.batch * in_.size(); i < m; ++i) dx[i] = main[i] + skip[i];
     }
 
     [[nodiscard]] std::string describe() const override {
@@ -115,11 +108,16 @@ public:
     }
 
 private:
-    std::array<layer<T>*, 4> children() { return {&conv1_, &bn1_, &conv2_, &bn2_}; }
-    std::array<const layer<T>*, 4> children() const { return {&conv1_, &bn1_, &conv2_, &bn2_}; }
-    static pass<T> shifted(const pass<T>& p, std::size_t by) {
+    /// conv1, bn1, conv2, bn2 and, with a projection, shortcut and shortcut_bn: the order of the parameters.
+    std::vector<layer<T>*> all_children() {
+        std::vector<layer<T>*> c{&conv1_, &bn1_, &conv2_, &bn2_};
+        if (shortcut_) c.insert(c.end(), {&*shortcut_, &*shortcut_bn_});
+        return c;
+    }
+    /// The pass for child i of all_children(): its parameter indices shifted to the block's.
+    pass<T> child_pass(const pass<T>& p, std::size_t child) const {
         pass<T> q = p;
-        q.ready = p.ready.shifted(by);
+        q.ready = p.ready.shifted(first_parameter_[child]);
         return q;
     }
 
@@ -132,6 +130,8 @@ private:
     batch_norm<T> bn2_;
     std::optional<conv2d<T>> shortcut_;
     std::optional<batch_norm<T>> shortcut_bn_;
+    std::vector<std::size_t> first_parameter_;  // per child of all_children()
+    std::size_t workspace_ = 0;                 // the largest child's (they run one at a time)
     // Forward: a = conv1 x, h = relu(bn1 a), d = conv2 h, s1 = shortcut x, s2 = shortcut_bn s1.
     // Backward scratch: g, t, u (output-sized) and w (input-sized).
     xt::xtensor<T, 1> a_, h_, d_, s1_, s2_, g_, t_, u_, w_;
