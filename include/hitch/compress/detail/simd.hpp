@@ -16,6 +16,7 @@
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define HITCH_COMPRESS_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #define HITCH_TARGET_AVX2 __attribute__((target("avx2,f16c,bmi,bmi2,popcnt")))
 #define HITCH_TARGET_SSE42 __attribute__((target("sse4.2")))
@@ -42,8 +43,11 @@ inline std::atomic<bool> wide_paths_enabled{true};
 [[nodiscard]] inline bool cpu_has_avx2_set() noexcept {
     static const bool has = [] {
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-               __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+        // F16C is CPUID leaf 1, ECX bit 29 (not every compiler's __builtin_cpu_supports knows its name).
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && ((ecx >> 29) & 1u) != 0;
+        return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
+               __builtin_cpu_supports("popcnt");
     }();
     return has;
 }
