@@ -31,6 +31,8 @@ inline void read_cifar_file(const std::filesystem::path& path, std::vector<std::
     std::ifstream in(path, std::ios::binary);
     if (!in) throw data_error(path.string() + ": cannot open the file");
     const std::size_t records = bytes / cifar_record, plane = cifar_side * cifar_side;
+    labels.reserve(labels.size() + records);
+    pixels.reserve(pixels.size() + records * (cifar_record - 1));
     std::vector<std::uint8_t> record(cifar_record);
     for (std::size_t r = 0; r < records; ++r) {
         if (!in.read(reinterpret_cast<char*>(record.data()), static_cast<std::streamsize>(cifar_record)))

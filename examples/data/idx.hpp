@@ -64,24 +64,28 @@ public:
         if (trailing > 0)
             throw data_error(path_ + ": " + std::to_string(trailing) + " unexpected bytes after the data (at offset " +
                              std::to_string(offset_) + "): the header's dimensions do not match the file");
-        int code = Z_OK;
-        const char* message = gzerror(file_.get(), &code);
-        if (code != Z_OK) throw data_error(path_ + ": corrupt or truncated gzip stream: " + message);
+        if (const std::string message = zlib_message(); !message.empty())
+            throw data_error(path_ + ": corrupt or truncated gzip stream (" + message + ")");
     }
 
     [[nodiscard]] const std::string& path() const { return path_; }
 
 private:
     [[noreturn]] void fail(const std::string& what) {
-        int code = Z_OK;
-        const char* message = gzerror(file_.get(), &code);
-        throw data_error(path_ + ": corrupt gzip stream while reading " + what + " (at decompressed offset " +
-                         std::to_string(offset_) + "): " + message);
+        throw data_error(path_ + ": corrupt gzip stream (" + zlib_message() + "), detected while reading " + what +
+                         " at decompressed offset " + std::to_string(offset_));
     }
     std::string gzip_state() {
+        const std::string message = zlib_message();
+        return message.empty() ? message : " (gzip: " + message + ")";
+    }
+    /// zlib's description of the stream's error, empty if none (zlib prefixes it with the path: dropped).
+    std::string zlib_message() {
         int code = Z_OK;
-        const char* message = gzerror(file_.get(), &code);
-        return code == Z_OK ? std::string() : std::string(" (gzip: ") + message + ")";
+        std::string message = gzerror(file_.get(), &code);
+        if (code == Z_OK) return {};
+        if (message.starts_with(path_ + ": ")) message.erase(0, path_.size() + 2);
+        return message;
     }
 
     struct closer {

@@ -122,7 +122,6 @@ public:
     [[nodiscard]] shape output_shape() const { return output_; }
     [[nodiscard]] std::size_t max_batch() const { return max_batch_; }
     [[nodiscard]] std::size_t layer_count() const { return layers_.size(); }
-    [[nodiscard]] layer<T>& layer_at(std::size_t i) { return *layers_.at(i); }
 
     /// One line per layer, then the parameter count.
     [[nodiscard]] std::string summary() const {
