@@ -27,9 +27,9 @@ struct cost_constants {
 
     void validate() const {
         option_validator("hitch::allreduce::cost_constants")
-            .open("alpha_s", alpha_s, 0.0, 1.0)
-            .open("beta_s_per_byte", beta_s_per_byte, 0.0, 1e-3)
-            .open("gamma_s_per_byte", gamma_s_per_byte, 0.0, 1e-3);
+            .open_closed("alpha_s", alpha_s, 0.0, 100.0)
+            .open_closed("beta_s_per_byte", beta_s_per_byte, 0.0, 1.0)
+            .open_closed("gamma_s_per_byte", gamma_s_per_byte, 0.0, 1.0);
     }
     [[nodiscard]] bool has_native() const noexcept { return native_alpha_s >= 0.0 && native_beta_s_per_byte >= 0.0; }
 

@@ -38,6 +38,9 @@ public:
         std::size_t segment_bytes = std::size_t{1} << 20;
         /// Receives kept in flight per step (each needs one segment of scratch on the message path).
         int pipeline_depth = 4;
+        /// Run the steps as one wavefront (a segment moves on to the next step as soon as it is ready); false runs
+        /// them one after the other.
+        bool wavefront = true;
 
         void validate() const {
             option_validator("hitch::allreduce::ring::options")
@@ -59,18 +62,22 @@ public:
         cost_estimate c;
         if (p <= 1 || n_bytes == 0) return c;
         const double seg = static_cast<double>(options_.segment_bytes);
-        double messages = 0;
-        double sent = 0;
-        for (int r = 0; r < p; ++r) {  // the busiest rank, with chunks that differ by at most one byte
-            double m = 0, b = 0;
-            for (int s = 0; s < p - 1; ++s) {
-                const block rs = partition(n_bytes, p, ((r - s - 1) % p + p) % p);
-                const block ag = partition(n_bytes, p, ((r - s) % p + p) % p);
-                m += detail::segments(static_cast<double>(rs.count), seg) + detail::segments(static_cast<double>(ag.count), seg);
-                b += static_cast<double>(rs.count + ag.count);
-            }
-            messages = std::max(messages, m);
-            sent = std::max(sent, b);
+        // Rank r sends every chunk but r in the reduce-scatter and every chunk but r+1 in the all-gather; chunks
+        // differ by at most one byte, so the busiest rank is found in O(p).
+        double all_messages = 0, all_bytes = 0;
+        std::vector<double> chunk_messages(static_cast<std::size_t>(p)), chunk_bytes(static_cast<std::size_t>(p));
+        for (int i = 0; i < p; ++i) {
+            const block b = partition(n_bytes, p, i);
+            chunk_bytes[static_cast<std::size_t>(i)] = static_cast<double>(b.count);
+            chunk_messages[static_cast<std::size_t>(i)] = detail::segments(static_cast<double>(b.count), seg);
+            all_messages += chunk_messages[static_cast<std::size_t>(i)];
+            all_bytes += chunk_bytes[static_cast<std::size_t>(i)];
+        }
+        double messages = 0, sent = 0;
+        for (int r = 0; r < p; ++r) {
+            const auto a = static_cast<std::size_t>(r), b = static_cast<std::size_t>((r + 1) % p);
+            messages = std::max(messages, 2 * all_messages - chunk_messages[a] - chunk_messages[b]);
+            sent = std::max(sent, 2 * all_bytes - chunk_bytes[a] - chunk_bytes[b]);
         }
         const double n = static_cast<double>(n_bytes);
         c.latency_terms = messages;
@@ -85,8 +92,7 @@ public:
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
         if (t.size() <= 1) return;
         const std::vector<block> blocks = even_blocks(data.size(), t.size());
-        reduce_scatter(t, data, op, blocks);
-        allgather(t, data, std::span<const block>(blocks));
+        pipeline<C, T>(t, data, op, std::span<const block>(blocks), true, true);
     }
 
     /// The even partition of n elements over p ranks.
@@ -100,33 +106,15 @@ public:
     /// blocks hold partial sums.
     template <communicator C, floating_element T>
     void reduce_scatter(transport<C>& t, std::span<T> data, reduce_op op, std::span<const block> blocks) const {
-        const int p = t.size(), r = t.rank();
-        if (p <= 1) return;
-        const int next = (r + 1) % p, prev = (r - 1 + p) % p;
-        const std::size_t seg = segment_elements<T>();
-        for (int s = 0; s < p - 1; ++s) {
-            const block out = blocks[static_cast<std::size_t>(((r - s - 1) % p + p) % p)];
-            const block in = blocks[static_cast<std::size_t>(((r - s - 2) % p + p) % p)];
-            const combine_spec spec{op, true, s == p - 2 ? p : 1};
-            t.exchange_reduce(next, std::span<const T>(data.subspan(out.offset, out.count)), prev,
-                              data.subspan(in.offset, in.count), spec, seg, options_.pipeline_depth,
-                              reduce_scatter_channel);
-        }
+        if (t.size() <= 1) return;
+        pipeline<C, T>(t, data, op, blocks, true, false);
     }
 
     /// Rank r's block `blocks[r]` is complete on entry; afterwards every block is, on every rank.
     template <communicator C, element_type T>
     void allgather(transport<C>& t, std::span<T> data, std::span<const block> blocks) const {
-        const int p = t.size(), r = t.rank();
-        if (p <= 1) return;
-        const int next = (r + 1) % p, prev = (r - 1 + p) % p;
-        const std::size_t seg = segment_elements<T>();
-        for (int s = 0; s < p - 1; ++s) {
-            const block out = blocks[static_cast<std::size_t>(((r - s) % p + p) % p)];
-            const block in = blocks[static_cast<std::size_t>(((r - s - 1) % p + p) % p)];
-            t.exchange_copy(next, std::span<const T>(data.subspan(out.offset, out.count)), prev,
-                            data.subspan(in.offset, in.count), seg, allgather_channel);
-        }
+        if (t.size() <= 1) return;
+        pipeline<C, T>(t, data, reduce_op::sum, blocks, false, true);
     }
 
     /// Pipelined chain reduce: ranks root+p-1 -> ... -> root+1 -> root, each combining its input into what passes.
@@ -207,6 +195,120 @@ public:
     }
 
 private:
+    /// The ring as one wavefront over its steps (reduce-scatter steps, then all-gather steps): segment j of step
+    /// s+1 leaves as soon as segment j of step s has been combined or received, so there is no pause between
+    /// steps and the all-gather forwards segments while they are still in cache. Step s uses channel s, so each
+    /// channel carries its segments in order. Rank r sends chunk (r-s-1) in reduce-scatter step s and chunk (r-s)
+    /// in all-gather step s, and receives the chunk before it; with p > 32 (more steps than channels) the steps
+    /// run one after the other instead.
+    template <communicator C, element_type T>
+    void pipeline(transport<C>& t, std::span<T> data, reduce_op op, std::span<const block> blocks, bool scatter,
+                  bool gather) const {
+        using incoming = typename transport<C>::template incoming<T>;
+        using outgoing = typename transport<C>::outgoing;
+        const int p = t.size(), r = t.rank();
+        const int next = (r + 1) % p, prev = (r - 1 + p) % p;
+        const int rs_steps = scatter ? p - 1 : 0;
+        const int steps = rs_steps + (gather ? p - 1 : 0);
+        const std::size_t seg = segment_elements<T>();
+        const auto chunk = [&](int c) { return blocks[static_cast<std::size_t>(((c % p) + p) % p)]; };
+        const auto sent_chunk = [&](int step) { return step < rs_steps ? chunk(r - step - 1) : chunk(r - (step - rs_steps)); };
+        const auto received_chunk = [&](int step) { return step < rs_steps ? chunk(r - step - 2) : chunk(r - (step - rs_steps) - 1); };
+        const auto piece = [&](const block& b, std::size_t j) { return data.subspan(b.offset + j * seg, std::min(seg, b.count - j * seg)); };
+        const auto count = [&](const block& b) { return transport<C>::segments(b.count, seg); };
+
+        if (!options_.wavefront || steps + 2 > channels_per_call) {  // one step after the other
+            for (int step = 0; step < steps; ++step) {
+                const block out = sent_chunk(step), in = received_chunk(step);
+                if (step < rs_steps) {
+                    if constexpr (floating_element<T>)
+                        t.exchange_reduce(next, std::span<const T>(data.subspan(out.offset, out.count)), prev,
+                                          data.subspan(in.offset, in.count), combine_spec{op, true, step == rs_steps - 1 ? p : 1},
+                                          seg, options_.pipeline_depth, 0);
+                } else {
+                    t.exchange_copy(next, std::span<const T>(data.subspan(out.offset, out.count)), prev,
+                                    data.subspan(in.offset, in.count), seg, 1);
+                }
+            }
+            return;
+        }
+
+        const auto depth = static_cast<std::size_t>(options_.pipeline_depth);
+        std::vector<std::vector<outgoing>> sends(static_cast<std::size_t>(steps));
+        std::vector<std::vector<incoming>> recvs(static_cast<std::size_t>(steps));
+        std::vector<std::size_t> posted(static_cast<std::size_t>(steps), 0);
+        std::vector<std::span<T>> slots(static_cast<std::size_t>(steps));
+        std::size_t waves = 0;
+        for (int step = 0; step < steps; ++step) {
+            const block in = received_chunk(step);
+            recvs[static_cast<std::size_t>(step)].resize(count(in));
+            sends[static_cast<std::size_t>(step)].reserve(count(sent_chunk(step)));
+            if (step < rs_steps && t.needs_slots() && in.count > 0)
+                slots[static_cast<std::size_t>(step)] = t.template scratch<T>(depth * std::min(seg, in.count));
+            waves = std::max(waves, static_cast<std::size_t>(step) + count(in));
+        }
+        // An all-gather receive lands where a reduce-scatter send of the same rank read from: it may be posted
+        // only once that send has completed (MPI forbids a receive into a buffer a pending send still reads).
+        const auto blocker = [&](int step, std::size_t j) -> outgoing* {
+            if (step < rs_steps || !scatter) return nullptr;
+            auto& earlier = sends[static_cast<std::size_t>(step - rs_steps)];
+            return j < earlier.size() ? &earlier[j] : nullptr;
+        };
+        const auto post = [&](int step, bool may_block) {
+            const auto k = static_cast<std::size_t>(step);
+            const std::size_t j = posted[k];
+            const block in = received_chunk(step);
+            if (j >= recvs[k].size()) return false;
+            if (outgoing* b = blocker(step, j)) {
+                if (!may_block && !b->test()) return false;
+                b->wait(t.limit());
+            }
+            const std::span<T> dst = piece(in, j);
+            if (step < rs_steps) {
+                if constexpr (floating_element<T>) {
+                    const std::size_t w = std::min(seg, in.count);
+                    recvs[k][j] = t.template receive<T>(prev, step, dst.size(),
+                                                        t.needs_slots() ? slots[k].subspan((j % depth) * w, dst.size()) : std::span<T>());
+                }
+            } else {
+                recvs[k][j] = t.template receive_into<T>(prev, step, dst);
+            }
+            ++posted[k];
+            return true;
+        };
+        // Step 0 sends our own data; receives go `depth` segments ahead on every step.
+        {
+            const block out = sent_chunk(0);
+            for (std::size_t j = 0; j < count(out); ++j)
+                sends[0].push_back(t.template send<T>(next, 0, std::span<const T>(piece(out, j))));
+        }
+        for (int step = 0; step < steps; ++step)
+            while (posted[static_cast<std::size_t>(step)] < depth && post(step, false)) {
+            }
+        for (std::size_t wave = 0; wave < waves; ++wave) {
+            for (int step = 0; step < steps; ++step) {
+                if (wave < static_cast<std::size_t>(step)) break;
+                const auto k = static_cast<std::size_t>(step);
+                const std::size_t j = wave - k;
+                if (j >= recvs[k].size()) continue;
+                while (posted[k] <= j) post(step, true);
+                incoming& in = recvs[k][j];
+                in.wait(t.limit());
+                const std::span<T> dst = piece(received_chunk(step), j);
+                if constexpr (floating_element<T>) {
+                    if (step < rs_steps)
+                        combine(dst.data(), in.data(), dst.data(), dst.size(), op, step == rs_steps - 1 ? p : 1);
+                }
+                in.release();
+                if (step + 1 < steps) sends[k + 1].push_back(t.template send<T>(next, step + 1, std::span<const T>(dst)));
+                while (posted[k] < std::min(j + 1 + depth, recvs[k].size()) && post(step, false)) {
+                }
+            }
+        }
+        for (auto& list : sends)
+            for (auto& o : list) o.wait(t.limit());
+    }
+
     template <class T>
     [[nodiscard]] std::size_t segment_elements() const noexcept {
         return std::max<std::size_t>(1, options_.segment_bytes / sizeof(T));

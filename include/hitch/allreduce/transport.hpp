@@ -518,12 +518,19 @@ public:
             incoming<T>& r = recvs[j % recvs.size()];
             r.wait(limit_);
             const std::span<T> dst = piece(j);
-            if (alias) {
-                T* aside = direct_ ? slot(j).data() : const_cast<T*>(r.data());
+            if (alias && direct_) {
+                // The peer reads our original in place and we read its: combine aside, let it go on, and write
+                // back once it has taken ours (waiting before reading would deadlock the two).
+                T* aside = slot(j).data();
                 combine_into(aside, r.data(), dst.data(), dst.size(), spec);
                 r.release();
                 if (j < sends.size()) sends[j].wait(limit_);
                 std::memcpy(dst.data(), aside, dst.size_bytes());
+            } else if (alias) {
+                // Messages: once our segment has left, it can be overwritten in place.
+                if (j < sends.size()) sends[j].wait(limit_);
+                combine_into(dst.data(), r.data(), dst.data(), dst.size(), spec);
+                r.release();
             } else {
                 combine_into(dst.data(), r.data(), dst.data(), dst.size(), spec);
                 r.release();
