@@ -297,6 +297,25 @@ void report(const settings& s, int p, const std::vector<figure>& figures, std::F
     std::fflush(notes);
 }
 
+std::vector<std::size_t> sizes(const settings& s) {
+    std::vector<std::size_t> out;
+    for (std::size_t b = s.min_bytes; b <= s.max_bytes; b *= 4) out.push_back(b);
+    return out;
+}
+
+/// What automatic measured and picks at each size.
+template <class C>
+void automatic_picks(const world& w, const settings& s, ar::group<C>& g, std::FILE* notes) {
+    if (w.rank != 0 || !g.constants()) return;
+    const ar::cost_constants k = *g.constants();
+    std::fprintf(notes, "automatic's constants: alpha %.3g s, beta %.3g s/B, gamma %.3g s/B", k.alpha_s, k.beta_s_per_byte,
+                 k.gamma_s_per_byte);
+    if (k.has_native()) std::fprintf(notes, ", native %.3g s + %.3g s/B", k.native_alpha_s, k.native_beta_s_per_byte);
+    std::fprintf(notes, "\nautomatic picks:");
+    for (std::size_t b : sizes(s)) std::fprintf(notes, " %zu B %s;", b, std::string(ar::automatic{}.choose(w.size, b, k)).c_str());
+    std::fprintf(notes, "\n");
+}
+
 /// The agreement check's cost: automatic at 4 KiB with and without it, interleaved.
 template <class C>
 void check_cost(const world& w, const settings& s, ar::group<C>& g, std::FILE* notes) {
@@ -312,12 +331,6 @@ void check_cost(const world& w, const settings& s, ar::group<C>& g, std::FILE* n
     if (w.rank == 0)
         std::fprintf(notes, "agreement check at 4 KiB (%s, %d ranks): automatic %.2f us checked vs %.2f us unchecked: +%.2f us per call\n",
                      s.comm.c_str(), w.size, f[0].median_us, f[1].median_us, f[0].median_us - f[1].median_us);
-}
-
-std::vector<std::size_t> sizes(const settings& s) {
-    std::vector<std::size_t> out;
-    for (std::size_t b = s.min_bytes; b <= s.max_bytes; b *= 4) out.push_back(b);
-    return out;
 }
 
 int run_mpi(settings& s, int argc, char** argv) {
@@ -393,6 +406,7 @@ int run_mpi(settings& s, int argc, char** argv) {
         }
         if (me == 0) report(s, p, figures, notes);
     }
+    automatic_picks(w, s, g, notes);
     if (wanted(s, "automatic")) check_cost(w, s, g, notes);
     MPI_Comm_free(&bound_comm);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -455,6 +469,7 @@ int run_local(settings& s) {
             if (me == 0) report(s, p, figures, notes);
             sync.arrive_and_wait();
         }
+        automatic_picks(w, s, g, notes);
         if (wanted(s, "automatic")) check_cost(w, s, g, notes);
     });
     return failures.load() == 0 ? 0 : 1;

@@ -1,7 +1,7 @@
 #pragma once
 // hitch::allreduce::automatic: picks a schedule per call from the world size and the byte count with the
 // alpha-beta-gamma cost model (hitch/allreduce/cost.hpp): the candidate with the smallest predicted time wins.
-// Candidates: recursive_doubling, rabenseifner, ring, binary_tree, double_binary_tree, and the communicator's own
+// Candidates: recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, and the communicator's own
 // all-reduce (native) where it has one and hitch/allreduce/native.hpp is included.
 //
 // The constants are measured once per group by the first call that needs them (a few milliseconds: a ping-pong
@@ -107,7 +107,7 @@ public:
     }
 
     /// The name of the schedule the model picks for p ranks and n bytes (the first of equally cheap ones, in the
-    /// order recursive_doubling, rabenseifner, ring, binary_tree, double_binary_tree, native).
+    /// order recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, native).
     [[nodiscard]] std::string_view choose(int p, std::size_t n_bytes, const cost_constants& k) const {
         std::string_view best = recursive_doubling::name;
         double best_s = -1;
@@ -244,8 +244,8 @@ private:
     template <class F>
     void visit_candidates(const cost_constants& k, F&& f) const {
         f(recursive_doubling::name, recursive_doubling_);
+        f(ring::name, ring_);  // before rabenseifner: on a tie (p = 2) the wavefront ring overlaps its two phases
         f(rabenseifner::name, rabenseifner_);
-        f(ring::name, ring_);
         f(binary_tree::name, binary_tree_);
         f(double_binary_tree::name, double_binary_tree_);
         if (k.has_native()) f(std::string_view("native"), native_model{});

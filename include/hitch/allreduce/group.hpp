@@ -148,6 +148,7 @@ namespace detail {
 struct job {
     std::function<void(std::uint64_t)> body;
     std::uint64_t sequence = 0;
+    std::uint8_t operation = 0;
     std::string label;
     std::mutex m;
     std::condition_variable cv;
@@ -280,30 +281,33 @@ public:
 
     // ---- used by the collectives (hitch/allreduce/collectives.hpp) ----
 
-    /// Runs `body(transport&)` as the next call, on this thread when nothing is queued. `describe(seq)` gives the
-    /// call's descriptor, checked across ranks first when options.check is set.
+    /// Runs `body(transport&, descriptor)` as the next call, on this thread when nothing is queued (without any
+    /// allocation of its own), else in turn behind the queued calls. `describe()` gives the call's descriptor,
+    /// checked across ranks first when options.check is set.
     template <class Describe, class Body>
     void run(const call_options& options, Describe&& describe, Body&& body) {
-        options.validate();
-        auto j = make_job(options, std::forward<Describe>(describe), std::forward<Body>(body));
+        validate(options);
         std::unique_lock lock(m_);
-        j->sequence = next_sequence_++;
+        const std::uint64_t sequence = next_sequence_++;
         if (queue_.empty() && !busy_) {
             busy_ = true;
             lock.unlock();
-            std::exception_ptr error;
-            try {
-                j->body(j->sequence);
-            } catch (...) {
-                error = std::current_exception();
-            }
-            lock.lock();
-            busy_ = false;
-            lock.unlock();
-            cv_.notify_all();
-            if (error) std::rethrow_exception(error);
+            struct idle_again {
+                group* g;
+                ~idle_again() {
+                    {
+                        std::lock_guard guard(g->m_);
+                        g->busy_ = false;
+                    }
+                    g->cv_.notify_all();
+                }
+            } release{this};
+            execute(options, describe, body, sequence);
             return;
         }
+        auto j = make_job(options, std::forward<Describe>(describe), std::forward<Body>(body));
+        j->sequence = sequence;
+        j->label = label_of(j->operation, sequence);
         queue_.push_back(j);
         lock.unlock();
         cv_.notify_all();
@@ -315,11 +319,12 @@ public:
     /// Queues the call for the progress thread and returns at once.
     template <class Describe, class Body>
     [[nodiscard]] handle submit(const call_options& options, Describe&& describe, Body&& body) {
-        options.validate();
+        validate(options);
         auto j = make_job(options, std::forward<Describe>(describe), std::forward<Body>(body));
         {
             std::lock_guard lock(m_);
             j->sequence = next_sequence_++;
+            j->label = label_of(j->operation, j->sequence);
             queue_.push_back(j);
             if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
         }
@@ -331,27 +336,41 @@ public:
     [[nodiscard]] shared_state<C>& state() noexcept { return state_; }
 
 private:
+    static void validate(const call_options& options) {
+        if (!(options.timeout_s >= 0.0 && options.timeout_s <= 1e9)) options.validate();  // throws
+    }
+    [[nodiscard]] static std::string label_of(std::uint8_t op, std::uint64_t sequence) {
+        return detail::concat(name(static_cast<operation>(op)), " #", sequence);
+    }
+
+    /// One call: agreement check (when asked), then the body, all within one deadline.
+    template <class Describe, class Body>
+    void execute(const call_options& options, Describe& describe, Body& body, std::uint64_t sequence) {
+        call_descriptor d = describe();
+        d.sequence = sequence;
+        const seconds_f timeout = options.timeout_s > 0 ? seconds_f(options.timeout_s) : this->timeout();
+        const deadline limit(timeout);
+        try {
+            const bool checked = options.check && comm_.size() > 1;
+            if (checked) check(d, timeout);
+            comm_.set_timeout(timeout);
+            transport<C> t(comm_, sequence, limit, options.shared_memory, state_);
+            t.set_agreed(checked || comm_.size() == 1);
+            body(t, d);
+        } catch (const timeout_error& e) {
+            throw timeout_error(detail::concat(label_of(d.operation, sequence), " (", d.schedule_name(), ") on rank ",
+                                               comm_.rank()),
+                                e.what(), limit.waited());
+        }
+    }
+
     template <class Describe, class Body>
     std::shared_ptr<detail::job> make_job(const call_options& options, Describe&& describe, Body&& body) {
         auto j = std::make_shared<detail::job>();
+        j->operation = describe().operation;
         j->body = [this, options, describe = std::forward<Describe>(describe),
-                   body = std::forward<Body>(body), jp = j.get()](std::uint64_t sequence) mutable {
-            call_descriptor d = describe();
-            d.sequence = sequence;
-            jp->label = detail::concat(name(static_cast<operation>(d.operation)), " #", sequence);
-            const seconds_f timeout = options.timeout_s > 0 ? seconds_f(options.timeout_s) : this->timeout();
-            const deadline limit(timeout);
-            try {
-                const bool checked = options.check && comm_.size() > 1;
-                if (checked) check(d, timeout);
-                comm_.set_timeout(timeout);
-                transport<C> t(comm_, sequence, limit, options.shared_memory, state_);
-                t.set_agreed(checked || comm_.size() == 1);
-                body(t, d);
-            } catch (const timeout_error& e) {
-                throw timeout_error(detail::concat(jp->label, " (", d.schedule_name(), ") on rank ", comm_.rank()),
-                                    e.what(), limit.waited());
-            }
+                   body = std::forward<Body>(body)](std::uint64_t sequence) mutable {
+            execute(options, describe, body, sequence);
         };
         return j;
     }
