@@ -39,6 +39,8 @@ struct low_precision_layer {
     tensor_view<Low> params;
     tensor_view<Low> grads;
     optim::layer_flags flags{};
+    /// Matrix rows for low-rank gradient codecs (see optim::layer::rows); 0: a vector.
+    std::size_t rows = 0;
 };
 
 struct mixed_precision_options {

@@ -37,6 +37,9 @@ struct layer {
     tensor_view<float> params;
     tensor_view<float> grads;
     layer_flags flags{};
+    /// The layer as a matrix for low-rank gradient codecs (PowerSGD): rows x size() / rows, row-major (a dense
+    /// layer's weight: outputs x inputs; a convolution's: output channels x the rest). 0: a vector.
+    std::size_t rows = 0;
 
     [[nodiscard]] std::size_t size() const noexcept { return params.size(); }
 };

@@ -56,7 +56,9 @@
 #include "hitch/amp/mixed_precision.hpp"
 #include "hitch/amp/nonfinite.hpp"
 #include "hitch/comm/agree.hpp"
+#include "hitch/compress/aggregate.hpp"
 #include "hitch/compress/none.hpp"
+#include "hitch/compress/powersgd.hpp"
 #include "hitch/concepts/allreduce_schedule.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/concepts/compressor.hpp"
@@ -176,7 +178,7 @@ public:
     [[nodiscard]] virtual std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const = 0;
 };
 
-/// Sums of gradients averaged: what the exchange of one bucket does, by codec family (chosen at compile time).
+/// compress::none skips the codec machinery: its buckets are all-reduced as they are.
 template <compressor X>
 inline constexpr bool plain_float_v = std::is_same_v<X, compress::none>;
 
@@ -209,7 +211,7 @@ public:
         buckets_.resize(plan_.size());
         for (std::size_t b = 0; b < plan_.size(); ++b) {
             buckets_[b].data.assign(plan_[b].elements, 0.0f);
-            buckets_[b].codec_state.emplace(codec_.make_state(plan_[b].elements));
+            buckets_[b].codec_state.emplace(make_codec_state(b));
         }
         ready_.assign(layers32_.size(), 0);
         ready_in_bucket_.assign(plan_.size(), 0);
@@ -322,9 +324,12 @@ public:
         std::vector<std::byte> codec_blob;
         for (const bucket& b : buckets_) {
             std::vector<std::byte> one;
-            codec_.save_state(*b.codec_state, one);
+            codec_.save_state(b.codec_state->codec, one);
             append_u64(codec_blob, one.size());
             codec_blob.insert(codec_blob.end(), one.begin(), one.end());
+            const auto residual = std::as_bytes(std::span<const float>(b.codec_state->ring_residual));
+            append_u64(codec_blob, residual.size());
+            codec_blob.insert(codec_blob.end(), residual.begin(), residual.end());
         }
         w.add("hitch.compressor", std::move(codec_blob));
         if (scaler_) {
@@ -370,18 +375,27 @@ public:
         if (params.size() != total * sizeof(float))
             throw corrupt_message_error(concat("hitch::data_parallel::load: ", r.path(), ": parameters section has ",
                                                params.size(), " bytes, expected ", total * sizeof(float)));
-        std::vector<std::optional<typename X::state>> codec_states(buckets_.size());
+        std::vector<std::optional<compress::aggregation_state<X>>> codec_states(buckets_.size());
         {
             const auto blob = r.section("hitch.compressor");
             std::size_t at = 0;
-            for (std::size_t b = 0; b < buckets_.size(); ++b) {
-                const std::uint64_t n = read_u64(blob, at, r.path());
+            const auto take = [&](std::uint64_t n) {
                 if (blob.size() - at < n)
                     throw corrupt_message_error(concat("hitch::data_parallel::load: ", r.path(),
                                                        ": compressor section is truncated"));
-                codec_states[b].emplace(codec_.make_state(plan_[b].elements));
-                codec_.load_state(blob.subspan(at, static_cast<std::size_t>(n)), *codec_states[b]);
+                const auto part = blob.subspan(at, static_cast<std::size_t>(n));
                 at += static_cast<std::size_t>(n);
+                return part;
+            };
+            for (std::size_t b = 0; b < buckets_.size(); ++b) {
+                codec_states[b].emplace(make_codec_state(b));
+                codec_.load_state(take(read_u64(blob, at, r.path())), codec_states[b]->codec);
+                const auto residual = take(read_u64(blob, at, r.path()));
+                if (residual.size() != codec_states[b]->ring_residual.size() * sizeof(float))
+                    throw mismatch_error(concat("hitch::data_parallel::load: ", r.path(), ": bucket ", b,
+                                                " has a ring residual of ", residual.size(), " bytes, expected ",
+                                                codec_states[b]->ring_residual.size() * sizeof(float)));
+                std::memcpy(codec_states[b]->ring_residual.data(), residual.data(), residual.size());
             }
             if (at != blob.size())
                 throw corrupt_message_error(concat("hitch::data_parallel::load: ", r.path(),
@@ -469,8 +483,7 @@ public:
 private:
     struct bucket {
         std::vector<float> data;
-        std::optional<typename X::state> codec_state;
-        std::vector<std::byte> message;
+        std::optional<compress::aggregation_state<X>> codec_state;
         bool local_bad = false;
         amp::detail::nonfinite_report report{};
     };
@@ -558,7 +571,8 @@ private:
                 grads32_.emplace_back(*device_, l.params.size());
                 float* w = masters_.back().data();
                 for (std::size_t i = 0; i < l.params.size(); ++i) w[i] = static_cast<float>(l.params[i]);
-                layers32_.push_back(optim::layer{l.name, masters_.back().view(), grads32_.back().view(), l.flags});
+                layers32_.push_back(
+                    optim::layer{l.name, masters_.back().view(), grads32_.back().view(), l.flags, l.rows});
             }
         } else {
             layers32_ = user_layers_;
@@ -689,38 +703,40 @@ private:
         }
     }
 
-    /// Replaces `data` by the average over ranks of everyone's (encoded, exchanged, decoded) `data`.
+    /// Replaces `data` by the average over ranks of everyone's (encoded, exchanged, decoded) `data`. The path
+    /// follows from the codec's traits (compress::aggregate): an all-reduce of additive codecs, PowerSGD's two
+    /// all-reduces, the compression-aware ring, or an all-gather of the messages.
     void exchange(bucket& bk, tensor_view<float> data) {
-        const int p = group_.size();
         if constexpr (plain_float_v<X>) {
             average_in_place(data);
-        } else if constexpr (summable_compressor<X>) {
-            using wire_t = typename X::template summable_t<float>;
-            const std::size_t count = codec_.summable_count(*bk.codec_state, data.size());
-            std::vector<wire_t>& wire = summable_buffer<wire_t>(count);
-            {
-                auto span = trace("encode", "compress");
-                codec_.encode_summable(tensor_view<const float>(data.data(), data.size()), *bk.codec_state,
-                                       std::span<wire_t>(wire.data(), count));
-            }
-            allreduce::allreduce(group_, tensor_view<wire_t>(wire.data(), count), allreduce::reduce_op::sum,
-                                 options_.schedule, call_);
-            bytes_sent_ += allreduce_bytes(count * sizeof(wire_t));
-            auto span = trace("decode", "compress");
-            codec_.decode_summed(std::span<const wire_t>(wire.data(), count), *bk.codec_state, data);
-            scale(data, 1.0f / static_cast<float>(p));
         } else {
-            {
-                auto span = trace("encode", "compress");
-                codec_.encode(tensor_view<const float>(data.data(), data.size()), *bk.codec_state, bk.message);
+            auto span = trace("compress + exchange", "compress");
+            compress::aggregate_options ao;
+            ao.average = true;
+            ao.call = call_;
+            const compress::aggregation_stats stats =
+                compress::aggregate(group_, codec_, *bk.codec_state, data, options_.schedule, ao);
+            bytes_sent_ += stats.sent_bytes;
+        }
+    }
+
+    /// The aggregation state of bucket b; a low-rank codec learns each layer's matrix shape.
+    [[nodiscard]] compress::aggregation_state<X> make_codec_state(std::size_t b) const {
+        const std::size_t n = plan_[b].elements;
+        if constexpr (requires(const X& x, std::span<const compress::matrix_shape> s) { x.make_state(n, s); }) {
+            std::vector<compress::matrix_shape> shapes;
+            for (std::size_t k : plan_[b].layers) {
+                const optim::layer& l = layers32_[k];
+                if (l.size() == 0) continue;
+                const std::size_t rows = l.rows == 0 ? l.size() : l.rows;
+                if (l.size() % rows != 0)
+                    throw config_error(concat("hitch::data_parallel: layer '", l.name, "' has ", l.size(),
+                                              " elements, not a multiple of its rows = ", l.rows));
+                shapes.push_back({rows, l.size() / rows});
             }
-            const allreduce::byte_blocks all =
-                allreduce::allgather_bytes(group_, std::span<const std::byte>(bk.message), call_);
-            bytes_sent_ += bk.message.size() * static_cast<std::uint64_t>(std::max(0, p - 1));
-            auto span = trace("decode", "compress");
-            std::fill(data.begin(), data.end(), 0.0f);
-            for (int r = 0; r < p; ++r) codec_.decode_add(all[r], data);
-            scale(data, 1.0f / static_cast<float>(p));
+            return compress::make_aggregation_state(codec_, codec_.make_state(n, shapes), n);
+        } else {
+            return compress::make_aggregation_state(codec_, n);
         }
     }
 
@@ -737,13 +753,6 @@ private:
 
     static void scale(tensor_view<float> data, float factor) {
         for (float& x : data) x *= factor;
-    }
-
-    template <class W>
-    std::vector<W>& summable_buffer(std::size_t count) {
-        static thread_local std::vector<W> buffer;
-        if (buffer.size() < count) buffer.resize(count);
-        return buffer;
     }
 
     /// Every rank learns whether any rank's gradients were not finite; returns whether to apply the step.
