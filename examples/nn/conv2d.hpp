@@ -44,7 +44,7 @@ public:
         max_batch_ = max_batch;
         weight_ = xt::xtensor<T, 4>::from_shape({out_channels_, kernel_, kernel_, in_.channels});
         weight_grad_ = xt::zeros<T>(weight_.shape());
-        this->add_parameter(name_ + ".weight", span_of(weight_), span_of(weight_grad_), false);
+        this->add_parameter(name_ + ".weight", span_of(weight_), span_of(weight_grad_), false, out_channels_);
         if (options_.bias) {
             bias_ = xt::zeros<T>({out_channels_});
             bias_grad_ = xt::zeros<T>({out_channels_});

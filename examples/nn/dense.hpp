@@ -23,7 +23,7 @@ public:
         weight_grad_ = xt::zeros<T>({outputs_, inputs_});
         bias_ = xt::zeros<T>({outputs_});
         bias_grad_ = xt::zeros<T>({outputs_});
-        this->add_parameter(name_ + ".weight", span_of(weight_), span_of(weight_grad_), false);
+        this->add_parameter(name_ + ".weight", span_of(weight_), span_of(weight_grad_), false, outputs_);
         this->add_parameter(name_ + ".bias", span_of(bias_), span_of(bias_grad_), true);
         return {1, 1, outputs_};
     }

@@ -42,6 +42,7 @@ struct parameter {
     std::span<T> value;
     std::span<T> gradient;     ///< overwritten by every backward pass (not accumulated)
     bool is_bias_or_norm = false;  ///< biases and normalisation scales/shifts: LARS and weight decay skip them
+    std::size_t rows = 0;          ///< a weight as a matrix: its outputs (rows) x the rest, row-major; 0: a vector
 };
 
 /// Non-trainable state that a checkpoint must carry (batch norm's running mean and variance).
@@ -116,8 +117,9 @@ public:
     [[nodiscard]] const std::vector<buffer<T>>& buffers() const { return buffers_; }
 
 protected:
-    void add_parameter(std::string name, std::span<T> value, std::span<T> gradient, bool is_bias_or_norm) {
-        parameters_.push_back({std::move(name), value, gradient, is_bias_or_norm});
+    void add_parameter(std::string name, std::span<T> value, std::span<T> gradient, bool is_bias_or_norm,
+                       std::size_t rows = 0) {
+        parameters_.push_back({std::move(name), value, gradient, is_bias_or_norm, rows});
     }
     void add_buffer(std::string name, std::span<T> value) { buffers_.push_back({std::move(name), value}); }
     /// A composite layer lists its children's parameters and buffers as its own, in the children's order.
