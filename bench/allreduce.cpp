@@ -4,6 +4,7 @@
 //   mpiexec -n 2 hitch-bench-allreduce [--json]        ranks are MPI processes (comm::mpi)
 //   hitch-bench-allreduce --comm local --ranks 2       ranks are threads of this process (comm::local)
 //
+// hitch's schedules run with their default options, except parameter_server with one server shard per rank.
 // Peers: MPICH's MPI_Allreduce (comm mpi), Gloo's allreduce_ring_chunked and allreduce_halving_doubling over TCP
 // loopback (both modes), and a bound:
 //   comm mpi:   the time to exchange 2(p-1)/p n bytes per rank with one plain MPI point-to-point message (send to
@@ -194,7 +195,9 @@ void add_hitch(std::vector<impl>& impls, const settings& s, ar::group<C>& g) {
     add(ar::binary_tree{});
     add(ar::double_binary_tree{});
     add(ar::hierarchical<>{});
-    add(ar::parameter_server{});
+    ar::parameter_server::options sharded;  // one shard per rank, as sharded parameter servers run
+    sharded.servers = g.size();
+    add(ar::parameter_server(sharded));
     if constexpr (ar::has_native_allreduce<C>::value) add(ar::native{});
     add(ar::automatic{});
 }

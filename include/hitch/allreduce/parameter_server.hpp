@@ -3,7 +3,10 @@
 // et al. 2012; Li et al. 2014). The buffer is cut into one shard per server; every rank pushes each shard to its
 // server, the server combines all p contributions (in rank order, accumulated in float for 16-bit types and
 // rounded once) and every rank pulls the finished shards back. Servers are spread evenly over the ranks (server k
-// is rank floor(k p / s)) and are workers too.
+// is rank floor(k p / s)) and are workers too. On the direct path (ranks sharing an address space) the server
+// stores each finished segment straight into the workers' buffers where their pushes came from (write_back), so
+// no pull follows: every rank then reads its p inputs and writes its p outputs once, the least an all-reduce in
+// shared memory can move.
 //
 //   T(p, n) = 2 (p-1) S a + 2 (p-1) n/s b + (p-1) n/s g     (s servers; S segments per shard)
 //
@@ -110,7 +113,7 @@ public:
             if (server == me) continue;
             const block sh = partition(n, s, k);
             for (std::size_t j = 0; j < segments_in(sh); ++j)
-                pushes.push_back(t.template send<T>(server, push_channel, std::span<const T>(piece(sh, j))));
+                pushes.push_back(t.template send_writable<T>(server, push_channel, piece(sh, j)));
         }
 
         // Servers: combine each segment of their shard from every rank in rank order, then return it to all.
@@ -149,11 +152,16 @@ public:
                     sources[static_cast<std::size_t>(q)] = row[static_cast<std::size_t>(q)].data();
                 }
                 combine_many(mine.data(), sources.data(), static_cast<std::size_t>(p), mine.size(), op, p);
-                for (int q = 0; q < p; ++q)
-                    if (q != me) row[static_cast<std::size_t>(q)].release();
+                for (int q = 0; q < p; ++q) {
+                    if (q == me) continue;
+                    auto& in = row[static_cast<std::size_t>(q)];
+                    if (t.direct()) in.write_back(mine.data());  // straight into the worker's buffer: no pull
+                    in.release();
+                }
                 if (j + depth < count) post(j + depth);
-                for (int q = 0; q < p; ++q)
-                    if (q != me) sends.push_back(t.template send<T>(q, pull_channel, std::span<const T>(mine)));
+                if (!t.direct())
+                    for (int q = 0; q < p; ++q)
+                        if (q != me) sends.push_back(t.template send<T>(q, pull_channel, std::span<const T>(mine)));
             }
         }
         // Workers: a segment's result is received into it only once its push has left (MPI forbids a receive into
@@ -165,8 +173,8 @@ public:
             if (server == me) continue;
             const block sh = partition(n, s, k);
             for (std::size_t j = 0; j < segments_in(sh); ++j) {
-                pushes[pushed++].wait(t.limit());
-                pulls.push_back(t.template receive_into<T>(server, pull_channel, piece(sh, j)));
+                pushes[pushed++].wait(t.limit());  // direct path: the server has written the result back by now
+                if (!t.direct()) pulls.push_back(t.template receive_into<T>(server, pull_channel, piece(sh, j)));
             }
         }
         for (auto& r : pulls) r.wait(t.limit());

@@ -198,8 +198,9 @@ struct direct_descriptor {
     std::uint64_t holder = 0;  // std::shared_ptr<direct_lease>* the receiver takes ownership of
     std::uint64_t address = 0;
     std::uint64_t bytes = 0;
-    std::uint64_t type = 0;
+    std::uint64_t type = 0;  // the element dtype; writable_flag set when the receiver may write the result back
 };
+inline constexpr std::uint64_t writable_flag = std::uint64_t{1} << 32;
 
 [[nodiscard]] inline bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) noexcept {
     if (a_bytes == 0 || b_bytes == 0) return false;
@@ -296,6 +297,7 @@ public:
                 lease_ = std::move(o.lease_);
                 data_ = o.data_;
                 into_ = o.into_;
+                writable_ = o.writable_;
                 count_ = o.count_;
                 peer_ = o.peer_;
                 rank_ = o.rank_;
@@ -319,6 +321,16 @@ public:
         }
         [[nodiscard]] const T* data() const noexcept { return data_; }
         [[nodiscard]] std::size_t size() const noexcept { return count_; }
+        /// True when the sender used send_writable() on the direct path: write_back() may store into its buffer.
+        [[nodiscard]] bool writable() const noexcept { return writable_; }
+        /// Stores `result` (size() elements) into the sender's buffer, where its data came from. Direct path,
+        /// writable sends only; call before release().
+        void write_back(const T* result) {
+            if (!writable_ || state_ != ready)
+                throw config_error("hitch::allreduce::transport::incoming::write_back: the sender's buffer is not "
+                                   "writable here (a direct send_writable() that has arrived and is not released)");
+            if (count_ != 0 && result != data_) std::memcpy(const_cast<T*>(data_), result, count_ * sizeof(T));
+        }
         /// Done reading: a direct sender may now reuse its buffer.
         void release() noexcept {
             if (lease_) {
@@ -347,13 +359,15 @@ public:
                                                            " withdrew a message before rank ", rank_,
                                                            " could read it (it failed or timed out)"));
                 }
-                if (d.bytes != count_ * sizeof(T) || d.type != static_cast<std::uint64_t>(dtype_of<T>())) {
-                    const std::size_t es = size_of(static_cast<dtype>(d.type));
+                const std::uint64_t type = d.type & (detail::writable_flag - 1);
+                writable_ = (d.type & detail::writable_flag) != 0 && into_ == nullptr;
+                if (d.bytes != count_ * sizeof(T) || type != static_cast<std::uint64_t>(dtype_of<T>())) {
+                    const std::size_t es = size_of(static_cast<dtype>(type));
                     release();
                     throw comm_error(hitch::detail::concat(
                         "hitch::allreduce: message mismatch on rank ", rank_, ": recv from rank ", peer_, " expected ",
                         count_, " x ", name(dtype_of<T>()), " but the message has ", es != 0 ? d.bytes / es : d.bytes,
-                        " x ", name(static_cast<dtype>(d.type))));
+                        " x ", name(static_cast<dtype>(type))));
                 }
                 data_ = reinterpret_cast<const T*>(d.address);
                 if (into_ != nullptr) {
@@ -389,6 +403,7 @@ public:
         std::shared_ptr<detail::direct_lease> lease_;
         const T* data_ = nullptr;
         T* into_ = nullptr;
+        bool writable_ = false;
         std::size_t count_ = 0;
         int peer_ = 0;
         int rank_ = 0;
@@ -430,6 +445,18 @@ public:
     /// Sends `data` to `peer` on `channel`. The buffer must stay untouched until the returned operation completes.
     template <element_type T>
     [[nodiscard]] outgoing send(int peer, int channel, std::span<const T> data) {
+        return post_send(peer, channel, data, false);
+    }
+    /// As send(), and on the direct path the receiver may also store a result into `data` (write_back) before it
+    /// releases it; the send completes after that. On the message path it is a plain send.
+    template <element_type T>
+    [[nodiscard]] outgoing send_writable(int peer, int channel, std::span<T> data) {
+        return post_send(peer, channel, std::span<const T>(data), true);
+    }
+
+private:
+    template <element_type T>
+    [[nodiscard]] outgoing post_send(int peer, int channel, std::span<const T> data, bool writable) {
         outgoing op;
         op.peer_ = peer;
         op.channel_ = channel;
@@ -444,11 +471,13 @@ public:
         d.holder = reinterpret_cast<std::uint64_t>(holder.get());
         d.address = reinterpret_cast<std::uint64_t>(data.data());
         d.bytes = data.size_bytes();
-        d.type = static_cast<std::uint64_t>(dtype_of<T>());
+        d.type = static_cast<std::uint64_t>(dtype_of<T>()) | (writable ? detail::writable_flag : 0);
         op.request_.emplace(comm_.isend(std::as_bytes(std::span<const detail::direct_descriptor>(&d, 1)), peer, tag));
         holder.release();  // the receiver owns it now (leaked only if the message is never received)
         return op;
     }
+
+public:
 
     /// Receives `count` elements from `peer` on `channel`. On the message path they land in `slot` (at least
     /// `count` elements); on the direct path data() points into the sender's buffer and `slot` is not used (it may
