@@ -17,11 +17,6 @@ using hitch::tensor_view;
 
 namespace {
 
-struct wide_off {
-    wide_off() { hc::detail::wide_paths_enabled = false; }
-    ~wide_off() { hc::detail::wide_paths_enabled = true; }
-};
-
 template <class T>
 std::vector<T> as(const std::vector<float>& v) {
     std::vector<T> out(v.size());
@@ -107,8 +102,8 @@ TEST_CASE("fp16 equals hitch::half element by element, within 2^-11 relative, on
     const auto g = hitch_test::gradients(4099, 2);
     v.insert(v.end(), g.begin(), g.end());
     v.erase(std::remove_if(v.begin(), v.end(), [](float x) { return std::fabs(x) > 65504.0f; }), v.end());
-    for (bool wide : {true, false}) {
-        hc::detail::wide_paths_enabled = wide;
+    for (int wide : {2, 1, 0}) {
+        hitch_test::set_isa(wide);
         auto s = codec.make_state(v.size());
         std::vector<std::byte> m;
         CHECK(codec.encode(tensor_view<const float>(v), s, m) == hc::fp16::message_bytes(v.size()));
@@ -130,7 +125,7 @@ TEST_CASE("fp16 equals hitch::half element by element, within 2^-11 relative, on
         for (std::size_t i = 0; i < v.size(); ++i)
             CHECK(d[i] == 0.5 + static_cast<double>(static_cast<float>(hitch::half(v[i]))));
     }
-    hc::detail::wide_paths_enabled = true;
+    hitch_test::set_isa(2);
 }
 
 TEST_CASE("fp16 and bf16 kernels agree with the scalar conversions over a sweep of all float bit patterns",
@@ -151,7 +146,7 @@ TEST_CASE("fp16 and bf16 kernels agree with the scalar conversions over a sweep 
             any_bad_bf16 |= !hitch::is_finite(hitch::bfloat16(block[i]));
         }
         for (int which = 0; which < 2; ++which) {
-            hc::detail::wide_paths_enabled = true;
+            hitch_test::set_isa(2);
             const bool ok_wide = which == 0 ? hc::detail::to_half<false>(block.data(), nullptr, nullptr, wide_out.data(), n)
                                             : hc::detail::to_bf16<false>(block.data(), nullptr, nullptr, wide_out.data(), n);
             hc::detail::wide_paths_enabled = false;
@@ -166,7 +161,7 @@ TEST_CASE("fp16 and bf16 kernels agree with the scalar conversions over a sweep 
             }
         }
     }
-    hc::detail::wide_paths_enabled = true;
+    hitch_test::set_isa(2);
     CHECK(mismatches == 0);
     CHECK(finite_report_ok);
 }
@@ -176,8 +171,8 @@ TEST_CASE("bf16 equals hitch::bfloat16 element by element, within 2^-8 relative"
     auto v = edge_values();
     const auto g = hitch_test::gradients(5000, 3);
     v.insert(v.end(), g.begin(), g.end());
-    for (bool wide : {true, false}) {
-        hc::detail::wide_paths_enabled = wide;
+    for (int wide : {2, 1, 0}) {
+        hitch_test::set_isa(wide);
         auto s = codec.make_state(v.size());
         std::vector<std::byte> m;
         CHECK(codec.encode(tensor_view<const float>(v), s, m) == hc::bf16::message_bytes(v.size()));
@@ -188,7 +183,7 @@ TEST_CASE("bf16 equals hitch::bfloat16 element by element, within 2^-8 relative"
             CHECK(std::fabs(out[i] - v[i]) <= std::ldexp(std::fabs(v[i]), -8));
         }
     }
-    hc::detail::wide_paths_enabled = true;
+    hitch_test::set_isa(2);
 }
 
 TEST_CASE("casts refuse NaN, infinities and overflow, and decoders refuse mismatched messages", "[compress][casts]") {
@@ -203,7 +198,7 @@ TEST_CASE("casts refuse NaN, infinities and overflow, and decoders refuse mismat
         CHECK_THROWS_AS(fp16.encode(tensor_view<const float>(g), s, m), hc::non_finite_error);
         hc::detail::wide_paths_enabled = false;
         CHECK_THROWS_AS(fp16.encode(tensor_view<const float>(g), s, m), hc::non_finite_error);
-        hc::detail::wide_paths_enabled = true;
+        hitch_test::set_isa(2);
         if (std::fabs(bad) > 1e6f || std::isnan(bad)) {
             auto sb = bf16.make_state(g.size());
             CHECK_THROWS_AS(bf16.encode(tensor_view<const float>(g), sb, m), hc::non_finite_error);

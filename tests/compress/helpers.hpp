@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "hitch/compress/detail/simd.hpp"
 #include "hitch/compress/wire.hpp"
 #include "hitch/core/error.hpp"
 
@@ -31,6 +32,13 @@ inline std::vector<float> gradients(std::size_t n, std::uint64_t seed, float sca
         else x = normal(rng);
     }
     return g;
+}
+
+/// Selects the widest kernel build the codecs may use: 2 everything (AVX-512 where present), 1 AVX2 at most, 0 the
+/// baseline build only. Tests compare the builds' results bit for bit.
+inline void set_isa(int tier) {
+    hitch::compress::detail::wide_paths_enabled = tier >= 1;
+    hitch::compress::detail::avx512_paths_enabled = tier >= 2;
 }
 
 /// Calls f and reports whether it threw corrupt_message_error whose text contains `fragment`.

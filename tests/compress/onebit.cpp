@@ -48,8 +48,8 @@ TEST_CASE("onebit matches the paper's definition, preserves group sums, and stay
             const hc::onebit codec({.group_size = group});
             const auto v = hitch_test::gradients(n, n * 31 + group);
             const auto ref = onebit_reference(v, group);
-            for (bool wide : {true, false}) {
-                hc::detail::wide_paths_enabled = wide;
+            for (int wide : {2, 1, 0}) {
+                hitch_test::set_isa(wide);
                 auto s = codec.make_state(n);
                 std::vector<std::byte> m;
                 const std::size_t size = codec.encode(tensor_view<const float>(v), s, m);
@@ -77,28 +77,32 @@ TEST_CASE("onebit matches the paper's definition, preserves group sums, and stay
             }
         }
     }
-    hc::detail::wide_paths_enabled = true;
+    hitch_test::set_isa(2);
 }
 
 TEST_CASE("onebit: the AVX2 and baseline paths write identical messages and residuals", "[compress][onebit]") {
     const hc::onebit codec({.group_size = 4096});
     const auto g = hitch_test::gradients(100003, 5);
     const auto r_in = hitch_test::gradients(100003, 6);
-    std::vector<float> r_wide(g.size()), r_base(g.size());
-    std::vector<std::byte> m_wide, m_base;
+    std::vector<float> r_wide(g.size()), r_avx2(g.size()), r_base(g.size());
+    std::vector<std::byte> m_wide, m_avx2, m_base;
     auto s = codec.make_state(g.size());
-    hc::detail::wide_paths_enabled = true;
+    hitch_test::set_isa(2);
     codec.encode_ef(tensor_view<const float>(g), r_in, r_wide, s, m_wide);
-    hc::detail::wide_paths_enabled = false;
+    hitch_test::set_isa(1);
+    codec.encode_ef(tensor_view<const float>(g), r_in, r_avx2, s, m_avx2);
+    hitch_test::set_isa(0);
     codec.encode_ef(tensor_view<const float>(g), r_in, r_base, s, m_base);
-    hc::detail::wide_paths_enabled = true;
+    hitch_test::set_isa(2);
     CHECK(m_wide == m_base);
+    CHECK(m_avx2 == m_base);
     CHECK(r_wide == r_base);
+    CHECK(r_avx2 == r_base);
     std::vector<float> d1(g.size(), 1.0f), d2(g.size(), 1.0f);
     codec.decode_add(m_wide, tensor_view<float>(d1));
-    hc::detail::wide_paths_enabled = false;
+    hitch_test::set_isa(0);
     codec.decode_add(m_wide, tensor_view<float>(d2));
-    hc::detail::wide_paths_enabled = true;
+    hitch_test::set_isa(2);
     CHECK(d1 == d2);
     // The fused residual is v - D(m).
     codec.decode(m_wide, tensor_view<float>(d1));

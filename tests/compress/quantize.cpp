@@ -92,24 +92,29 @@ TEST_CASE("qsgd: Elias coding decodes to the same values as fixed coding, with t
     }
 }
 
-TEST_CASE("qsgd and terngrad: AVX2 and baseline paths give identical messages and residuals", "[compress][qsgd][terngrad]") {
+TEST_CASE("qsgd and terngrad: AVX-512, AVX2 and baseline builds give identical messages, residuals and decodes", "[compress][qsgd][terngrad]") {
     const std::size_t n = 70001;  // crosses a 65536-element random-number block
     const auto g = hitch_test::gradients(n, 8);
     const auto r = hitch_test::gradients(n, 9);
     auto same = [&](const auto& codec) {
-        auto s1 = codec.make_state(n), s2 = codec.make_state(n);
-        std::vector<float> r1(n), r2(n);
-        std::vector<std::byte> m1, m2;
-        hc::detail::wide_paths_enabled = true;
-        codec.encode_ef(tensor_view<const float>(g), r, r1, s1, m1);
-        hc::detail::wide_paths_enabled = false;
-        codec.encode_ef(tensor_view<const float>(g), r, r2, s2, m2);
-        hc::detail::wide_paths_enabled = true;
-        CHECK(m1 == m2);
-        CHECK(r1 == r2);
+        std::vector<std::vector<std::byte>> m(3);
+        std::vector<std::vector<float>> res(3, std::vector<float>(n)), dec(3, std::vector<float>(n, 1.0f));
+        for (int tier : {2, 1, 0}) {
+            auto s = codec.make_state(n);
+            hitch_test::set_isa(tier);
+            codec.encode_ef(tensor_view<const float>(g), r, res[tier], s, m[tier]);
+            codec.decode_add(m[2], tensor_view<float>(dec[tier]));
+        }
+        hitch_test::set_isa(2);
+        CHECK(m[2] == m[0]);
+        CHECK(m[1] == m[0]);
+        CHECK(res[2] == res[0]);
+        CHECK(res[1] == res[0]);
+        CHECK(dec[2] == dec[0]);
+        CHECK(dec[1] == dec[0]);
         // The fused residual is v - D(m).
-        const auto d = decode(codec, m1, n);
-        for (std::size_t i = 0; i < n; ++i) CHECK(r1[i] == (g[i] + r[i]) - d[i]);
+        const auto d = decode(codec, m[0], n);
+        for (std::size_t i = 0; i < n; ++i) CHECK(res[0][i] == (g[i] + r[i]) - d[i]);
     };
     same(hc::qsgd{});
     same(hc::qsgd({.levels = 127, .group_size = 0}));

@@ -50,8 +50,8 @@ TEST_CASE("threshold sends +-tau where |v| >= tau, with delta-varint indices of 
     for (float tau : {1e-3f, 2.5e-3f, 1e-2f}) {
         const hc::threshold codec({.tau = tau});
         const auto v = hitch_test::gradients(20011, 11);
-        for (bool wide : {true, false}) {
-            hc::detail::wide_paths_enabled = wide;
+        for (int wide : {2, 1, 0}) {
+            hitch_test::set_isa(wide);
             auto s = codec.make_state(v.size());
             std::vector<std::byte> m;
             const std::size_t size = codec.encode(tensor_view<const float>(v), s, m);
@@ -76,7 +76,7 @@ TEST_CASE("threshold sends +-tau where |v| >= tau, with delta-varint indices of 
             CHECK(size == m.size());
         }
     }
-    hc::detail::wide_paths_enabled = true;
+    hitch_test::set_isa(2);
 }
 
 TEST_CASE("threshold with error feedback is Strom's algorithm: residual carries the rest, nothing is lost",
@@ -139,8 +139,8 @@ TEST_CASE("topk: exact and sampled selection both equal a sorting reference, wit
             CHECK(k == std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(density * static_cast<double>(n))), 1, n));
             const auto ref = topk_reference(v, k);
             for (const hc::topk* codec : {&exact, &sampled}) {
-                for (bool wide : {true, false}) {
-                    hc::detail::wide_paths_enabled = wide;
+                for (int wide : {2, 1, 0}) {
+                    hitch_test::set_isa(wide);
                     auto s = codec->make_state(n);
                     std::vector<std::byte> m;
                     const std::size_t size = codec->encode(tensor_view<const float>(v), s, m);
@@ -164,7 +164,7 @@ TEST_CASE("topk: exact and sampled selection both equal a sorting reference, wit
             }
         }
     }
-    hc::detail::wide_paths_enabled = true;
+    hitch_test::set_isa(2);
 }
 
 TEST_CASE("topk: sampling takes one pass on gradient-like data and survives ties and sparse buckets", "[compress][topk]") {

@@ -20,6 +20,12 @@
 
 namespace hitch::compress {
 
+struct bf16_options {
+    /// Threads one bucket's encode and decode may use (the message does not depend on it).
+    parallelism parallel{};
+    void validate() const { parallel.validate("hitch::compress::bf16_options"); }
+};
+
 /// Cast to bfloat16: 2 bytes per element, additive.
 class bf16 : public detail::codec_base<bf16> {
 public:
@@ -31,8 +37,13 @@ public:
     static constexpr bool ring_compressible = false;
 
     using state = empty_state;
+    using options = bf16_options;
     template <class T>
     using summable_t = bfloat16;
+
+    bf16() = default;
+    explicit bf16(options o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options& get_options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const { return {count}; }
     [[nodiscard]] static constexpr std::size_t message_bytes(std::size_t n) noexcept {
@@ -42,9 +53,12 @@ public:
 
     std::size_t encode_floats(std::span<const float> in, state&, std::vector<std::byte>& bytes, dtype type) const {
         wire::writer w(bytes, codec_id, type, in.size(), 2 * in.size());
-        if (!detail::to_bf16<false>(in.data(), nullptr, nullptr, w.payload(), in.size()))
-            detail::throw_non_finite(who, "the bucket (or its conversion to bfloat16)");
-        return w.finish(2 * in.size());
+        std::byte* p = w.payload();
+        const auto [finite, crc] = detail::convert_and_checksum(in.size(), 2, p, options_.parallel, [&](std::size_t b, std::size_t e) {
+            return detail::to_bf16<false>(in.data() + b, nullptr, nullptr, p + 2 * b, e - b);
+        });
+        if (!finite) detail::throw_non_finite(who, "the bucket (or its conversion to bfloat16)");
+        return w.finish_with_payload_crc(2 * in.size(), crc);
     }
 
     /// Error feedback: sends bf16(g + r_in), keeps r_out = g + r_in - bf16(g + r_in).
@@ -57,9 +71,12 @@ public:
         std::vector<float> scratch;
         const std::span<const float> in = detail::as_floats(g, scratch);
         wire::writer w(bytes, codec_id, dtype_of<std::remove_const_t<T>>(), in.size(), 2 * in.size());
-        if (!detail::to_bf16<true>(in.data(), r_in.data(), r_out.data(), w.payload(), in.size()))
-            detail::throw_non_finite(who, "the bucket plus its residual (or its conversion to bfloat16)");
-        return w.finish(2 * in.size());
+        std::byte* p = w.payload();
+        const auto [finite, crc] = detail::convert_and_checksum(in.size(), 2, p, options_.parallel, [&](std::size_t b, std::size_t e) {
+            return detail::to_bf16<true>(in.data() + b, r_in.data() + b, r_out.data() + b, p + 2 * b, e - b);
+        });
+        if (!finite) detail::throw_non_finite(who, "the bucket plus its residual (or its conversion to bfloat16)");
+        return w.finish_with_payload_crc(2 * in.size(), crc);
     }
 
     template <bool Add>
@@ -67,7 +84,9 @@ public:
         if (m.payload.size() != 2 * out.size())
             wire::corrupt(who, hitch::detail::concat("payload of ", m.payload.size(), " bytes for ", out.size(),
                                                      " bfloat16 elements"));
-        detail::from_bf16<Add>(m.payload.data(), out.data(), out.size());
+        detail::for_chunks(out.size(), 8192, options_.parallel, [&](std::size_t b, std::size_t e) {
+            detail::from_bf16<Add>(m.payload.data() + 2 * b, out.data() + b, e - b);
+        });
     }
 
     // Additive form: bfloat16 values, summed by the all-reduce.
@@ -93,6 +112,9 @@ public:
     void load_state(std::span<const std::byte> blob, state& s) const {
         detail::load_empty_state<codec_id>(blob, s, who);
     }
+
+private:
+    options options_{};
 };
 
 static_assert(compressor<bf16>, "compress::bf16 must model hitch::compressor");

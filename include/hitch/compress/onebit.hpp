@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "hitch/compress/detail/codec.hpp"
+#include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/detail/simd.hpp"
 #include "hitch/compress/wire.hpp"
 #include "hitch/concepts/compressor.hpp"
@@ -36,14 +37,19 @@ namespace hitch::compress {
 struct onebit_options {
     /// Elements sharing one pair of reconstruction values: 0 for the whole bucket, else a multiple of 8.
     std::size_t group_size = 0;
+    /// Threads one bucket's encode and decode may use (the message does not depend on it).
+    parallelism parallel{};
 
     void validate() const {
         option_validator("hitch::compress::onebit_options")
             .require(group_size % 8 == 0, "group_size", group_size, "0 or a positive multiple of 8");
+        parallel.validate("hitch::compress::onebit_options");
     }
 };
 
 namespace detail {
+
+HITCH_COMPRESS_STRICT_FP_BEGIN
 
 /// Sums of one group's non-negative and negative elements (sign-bit split), accumulated in eight double lanes,
 /// element i into lane i % 8, flushed every 512 elements in lane order: the AVX2 and the baseline code follow
@@ -73,12 +79,29 @@ inline void sign_tail(const float* g, const float* r, std::byte* bits, std::size
     negatives += static_cast<std::size_t>(std::popcount(byte));
 }
 
+/// Adds one block's lanes (in lane order) into a block partial, records it, and adds it to the running total: the
+/// total is the sum of block partials in block order whichever thread computed which block.
+inline void finish_block(const double* pos, const double* neg, std::size_t negatives, sign_sums& total,
+                         sign_sums* partial) {
+    sign_sums block;
+    for (int j = 0; j < 8; ++j) {
+        block.positive += pos[j];
+        block.negative += neg[j];
+    }
+    block.negatives = negatives;
+    if (partial != nullptr) *partial = block;
+    total.positive += block.positive;
+    total.negative += block.negative;
+    total.negatives += block.negatives;
+}
+
 template <bool EF>
-inline sign_sums sign_pass_portable(const float* g, const float* r, std::byte* bits, std::size_t n) {
+inline sign_sums sign_pass_portable(const float* g, const float* r, std::byte* bits, std::size_t n, sign_sums* partials) {
     sign_sums out;
     for (std::size_t start = 0; start < n; start += sign_block) {
         const std::size_t end = std::min(n, start + sign_block);
         double pos[8] = {}, neg[8] = {};
+        std::size_t negatives = 0;
         std::size_t i = start;
         for (; i + 8 <= end; i += 8) {
             unsigned byte = 0;
@@ -91,32 +114,31 @@ inline sign_sums sign_pass_portable(const float* g, const float* r, std::byte* b
                 neg[j] += s ? static_cast<double>(v) : 0.0;
             }
             bits[i / 8] = static_cast<std::byte>(byte);
-            out.negatives += static_cast<std::size_t>(std::popcount(byte));
+            negatives += static_cast<std::size_t>(std::popcount(byte));
         }
-        if (i < end) sign_tail<EF>(g + i, EF ? r + i : r, bits + i / 8, end - i, pos, neg, out.negatives);
-        for (int j = 0; j < 8; ++j) {
-            out.positive += pos[j];
-            out.negative += neg[j];
-        }
+        if (i < end) sign_tail<EF>(g + i, EF ? r + i : r, bits + i / 8, end - i, pos, neg, negatives);
+        finish_block(pos, neg, negatives, out, partials != nullptr ? partials + start / sign_block : nullptr);
     }
     return out;
 }
 
 #if HITCH_COMPRESS_X86
 template <bool EF>
-HITCH_TARGET_AVX2 inline sign_sums sign_pass_avx2(const float* g, const float* r, std::byte* bits, std::size_t n) {
+HITCH_TARGET_AVX2 inline sign_sums sign_pass_avx2(const float* g, const float* r, std::byte* bits, std::size_t n,
+                                                  sign_sums* partials) {
     sign_sums out;
     const __m256 zero = _mm256_setzero_ps();
     for (std::size_t start = 0; start < n; start += sign_block) {
         const std::size_t end = std::min(n, start + sign_block);
         __m256d p0 = _mm256_setzero_pd(), p1 = p0, n0 = p0, n1 = p0;
+        std::size_t negatives = 0;
         std::size_t i = start;
         for (; i + 8 <= end; i += 8) {
             __m256 v = _mm256_loadu_ps(g + i);
             if constexpr (EF) v = _mm256_add_ps(v, _mm256_loadu_ps(r + i));
             const int m = _mm256_movemask_ps(v);
             bits[i / 8] = static_cast<std::byte>(m);
-            out.negatives += static_cast<std::size_t>(_mm_popcnt_u32(static_cast<unsigned>(m)));
+            negatives += static_cast<std::size_t>(_mm_popcnt_u32(static_cast<unsigned>(m)));
             const __m256 pv = _mm256_blendv_ps(v, zero, v);  // v where the sign bit is clear, else +0
             const __m256 nv = _mm256_blendv_ps(zero, v, v);  // v where the sign bit is set, else +0
             p0 = _mm256_add_pd(p0, _mm256_cvtps_pd(_mm256_castps256_ps128(pv)));
@@ -129,11 +151,8 @@ HITCH_TARGET_AVX2 inline sign_sums sign_pass_avx2(const float* g, const float* r
         _mm256_store_pd(pos + 4, p1);
         _mm256_store_pd(neg, n0);
         _mm256_store_pd(neg + 4, n1);
-        if (i < end) sign_tail<EF>(g + i, EF ? r + i : r, bits + i / 8, end - i, pos, neg, out.negatives);
-        for (int j = 0; j < 8; ++j) {
-            out.positive += pos[j];
-            out.negative += neg[j];
-        }
+        if (i < end) sign_tail<EF>(g + i, EF ? r + i : r, bits + i / 8, end - i, pos, neg, negatives);
+        finish_block(pos, neg, negatives, out, partials != nullptr ? partials + start / sign_block : nullptr);
     }
     return out;
 }
@@ -158,12 +177,14 @@ HITCH_TARGET_AVX2 inline void sign_decode_avx2(const std::byte* bits, float a, f
 }
 #endif
 
+/// The sign bits of v = g (+ r) and the sums of its two halves. With `partials`, block k's sums are also stored at
+/// partials[k] (the caller then combines chunks computed apart in block order).
 template <bool EF>
-inline sign_sums sign_pass(const float* g, const float* r, std::byte* bits, std::size_t n) {
+inline sign_sums sign_pass(const float* g, const float* r, std::byte* bits, std::size_t n, sign_sums* partials = nullptr) {
 #if HITCH_COMPRESS_X86
-    if (use_wide()) return sign_pass_avx2<EF>(g, r, bits, n);
+    if (use_wide()) return sign_pass_avx2<EF>(g, r, bits, n, partials);
 #endif
-    return sign_pass_portable<EF>(g, r, bits, n);
+    return sign_pass_portable<EF>(g, r, bits, n, partials);
 }
 
 template <bool Add>
@@ -186,6 +207,8 @@ HITCH_COMPRESS_ALWAYS_INLINE void sign_residual(const float* g, const float* r_i
         r_out[i] = v - (std::signbit(v) ? b : a);
     }
 }
+
+HITCH_COMPRESS_STRICT_FP_END
 
 }  // namespace detail
 
@@ -253,12 +276,16 @@ public:
                                              " are not a non-negative and a non-positive finite mean"));
         }
         if (n % 8 != 0 && (static_cast<unsigned>(bits[n / 8]) >> (n % 8)) != 0) r.fail("padding bits are not zero");
-        const std::size_t size = group == 0 ? n : static_cast<std::size_t>(group);
-        for (std::size_t k = 0; k < g_count; ++k) {
-            const std::size_t begin = k * size, len = std::min(size, n - begin);
-            detail::sign_decode<Add>(bits.data() + begin / 8, wire::load_le<float>(pairs.data() + 8 * k),
-                                     wire::load_le<float>(pairs.data() + 8 * k + 4), out.data() + begin, len);
-        }
+        const std::size_t size = group == 0 || group >= n ? n : static_cast<std::size_t>(group);
+        // Chunks on 512-element boundaries; each piece decodes with its group's pair.
+        detail::for_chunks(n, detail::sign_block, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+            for (std::size_t begin = lo; begin < hi;) {
+                const std::size_t k = begin / size, end = std::min(hi, (k + 1) * size);
+                detail::sign_decode<Add>(bits.data() + begin / 8, wire::load_le<float>(pairs.data() + 8 * k),
+                                         wire::load_le<float>(pairs.data() + 8 * k + 4), out.data() + begin, end - begin);
+                begin = end;
+            }
+        });
     }
 
     void save_state(const state& s, std::vector<std::byte>& blob) const { detail::save_empty_state<codec_id>(s, blob); }
@@ -277,22 +304,58 @@ private:
         wire::store_le<std::uint64_t>(p, options_.group_size >= n ? 0 : options_.group_size);
         std::byte* pairs = p + 8;
         std::byte* bits = pairs + 8 * g_count;
-        const std::size_t size = options_.group_size == 0 ? n : options_.group_size;
-        for (std::size_t k = 0; k < g_count; ++k) {
-            const std::size_t begin = k * size, len = std::min(size, n - begin);
-            const detail::sign_sums s =
-                detail::sign_pass<EF>(g + begin, EF ? r_in + begin : nullptr, bits + begin / 8, len);
-            if (!std::isfinite(s.positive) || !std::isfinite(s.negative))
-                detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
+        const std::size_t size = options_.group_size == 0 || options_.group_size >= n ? n : options_.group_size;
+        const auto values = [](const detail::sign_sums& s, std::size_t len) {
             const std::size_t negatives = s.negatives, positives = len - negatives;
-            const float a = positives == 0 ? 0.0f : static_cast<float>(s.positive / static_cast<double>(positives));
-            const float b = negatives == 0 ? 0.0f : static_cast<float>(s.negative / static_cast<double>(negatives));
-            wire::store_le(pairs + 8 * k, a);
-            wire::store_le(pairs + 8 * k + 4, b);
+            return std::pair<float, float>{
+                positives == 0 ? 0.0f : static_cast<float>(s.positive / static_cast<double>(positives)),
+                negatives == 0 ? 0.0f : static_cast<float>(s.negative / static_cast<double>(negatives))};
+        };
+        const auto residual = [&](std::size_t begin, std::size_t len, float a, float b) {
+            detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+                detail::sign_residual(g + begin, r_in + begin, r_out + begin, a, b, len);
+            });
+        };
+        const char* what = EF ? "the bucket plus its residual" : "the bucket";
+        if (g_count == 1) {
+            // One group: chunks of whole 512-element blocks in parallel, block sums combined in order.
+            std::vector<detail::sign_sums> partials(detail::ceil_div(n, detail::sign_block));
+            detail::for_chunks(n, detail::sign_block, options_.parallel, [&](std::size_t b, std::size_t e) {
+                detail::sign_pass<EF>(g + b, EF ? r_in + b : nullptr, bits + b / 8, e - b,
+                                      partials.data() + b / detail::sign_block);
+            });
+            detail::sign_sums total;
+            for (const auto& s : partials) {
+                total.positive += s.positive;
+                total.negative += s.negative;
+                total.negatives += s.negatives;
+            }
+            if (!std::isfinite(total.positive) || !std::isfinite(total.negative)) detail::throw_non_finite(who, what);
+            const auto [a, b] = values(total, n);
+            wire::store_le(pairs, a);
+            wire::store_le(pairs + 4, b);
             if constexpr (EF)
-                detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
-                    detail::sign_residual(g + begin, r_in + begin, r_out + begin, a, b, len);
-                });
+                detail::for_chunks(n, detail::sign_block, options_.parallel,
+                                   [&](std::size_t lo, std::size_t hi) { residual(lo, hi - lo, a, b); });
+        } else {
+            // Groups are independent: whole groups per chunk.
+            std::vector<unsigned char> finite(g_count, 1);
+            detail::for_chunks(n, size, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+                for (std::size_t begin = lo; begin < hi; begin += size) {
+                    const std::size_t k = begin / size, len = std::min(size, n - begin);
+                    const detail::sign_sums s =
+                        detail::sign_pass<EF>(g + begin, EF ? r_in + begin : nullptr, bits + begin / 8, len);
+                    if (!std::isfinite(s.positive) || !std::isfinite(s.negative)) {
+                        finite[k] = 0;
+                        continue;
+                    }
+                    const auto [a, b] = values(s, len);
+                    wire::store_le(pairs + 8 * k, a);
+                    wire::store_le(pairs + 8 * k + 4, b);
+                    if constexpr (EF) residual(begin, len, a, b);
+                }
+            });
+            if (std::find(finite.begin(), finite.end(), 0) != finite.end()) detail::throw_non_finite(who, what);
         }
         return w.finish(payload);
     }

@@ -61,22 +61,35 @@ struct powersgd_options {
 
 namespace detail {
 
+HITCH_COMPRESS_STRICT_FP_BEGIN
+
 /// out[c] = dot(row, qt[c]) for c < r (qt: r vectors of length `stride`, the first len entries used).
 HITCH_COMPRESS_ALWAYS_INLINE float dot_kernel(const float* a, const float* b, std::size_t len) {
     float lanes[8] = {};
     std::size_t j = 0;
     for (; j + 8 <= len; j += 8)
-        for (std::size_t l = 0; l < 8; ++l) lanes[l] += a[j + l] * b[j + l];
+        for (std::size_t l = 0; l < 8; ++l) {
+            const float product = a[j + l] * b[j + l];
+            lanes[l] += product;
+        }
     float tail = 0.0f;
-    for (; j < len; ++j) tail += a[j] * b[j];
+    for (; j < len; ++j) {
+        const float product = a[j] * b[j];
+        tail += product;
+    }
     float sum = 0.0f;
     for (float x : lanes) sum += x;
     return sum + tail;
 }
 
 HITCH_COMPRESS_ALWAYS_INLINE void axpy_kernel(float alpha, const float* x, float* y, std::size_t len) {
-    for (std::size_t j = 0; j < len; ++j) y[j] += alpha * x[j];
+    for (std::size_t j = 0; j < len; ++j) {
+        const float product = alpha * x[j];
+        y[j] += product;
+    }
 }
+
+HITCH_COMPRESS_STRICT_FP_END
 
 }  // namespace detail
 

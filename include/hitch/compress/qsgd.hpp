@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "hitch/compress/detail/codec.hpp"
+#include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/detail/quantize.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/wire.hpp"
@@ -47,6 +48,8 @@ struct qsgd_options {
     qsgd_coding coding = qsgd_coding::fixed;
     /// Seeds the stochastic rounding (mixed with the state's stream, e.g. the rank, and step).
     std::uint64_t seed = 0x95d5eed;
+    /// Threads one bucket's encode and decode may use (the message does not depend on it).
+    parallelism parallel{};
 
     void validate() const {
         option_validator("hitch::compress::qsgd_options")
@@ -54,6 +57,7 @@ struct qsgd_options {
             .require(group_size % 8 == 0, "group_size", group_size, "0 or a positive multiple of 8")
             .require(coding == qsgd_coding::fixed || coding == qsgd_coding::elias_gamma, "coding",
                      static_cast<int>(coding), "{0 (fixed), 1 (elias_gamma)}");
+        parallel.validate("hitch::compress::qsgd_options");
     }
 };
 
@@ -191,33 +195,39 @@ private:
             w.emplace(bytes, codec_id, type, n, front + detail::code_bytes(n, b));
             p = w->payload();
         }
-        codes.resize(fixed ? size : n);
+        if (!fixed) codes.resize(n);
         const detail::counter_rng base(key);
-        const bool wide = detail::use_wide();
-        bool finite = true;
-        // One dispatch for the whole bucket: moments, quantisation and packing of each group inlined together.
-        const auto groups_loop = [&]() HITCH_COMPRESS_INLINE_LAMBDA {
-            for (std::size_t k = 0; k < g_count; ++k) {
-                const std::size_t begin = k * size, len = std::min(size, n - begin);
-                detail::group_moments mo;
-                detail::moments_kernel<EF, true, false, false>(g + begin, EF ? r_in + begin : nullptr, len, mo);
-                if (!mo.finite || !std::isfinite(mo.sum_squares)) {
-                    finite = false;
-                    return;
+        const detail::isa tier = detail::best_isa();
+        std::vector<unsigned char> finite(g_count, 1);
+        // Whole groups per chunk (groups are independent; an element's rounding depends only on its index), each
+        // chunk with one dispatch: moments, quantisation and packing of a group inlined together.
+        detail::for_chunks(n, size == 0 ? 1 : size, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+            std::vector<Code> local(fixed ? std::min(size, hi - lo) : 0);
+            const auto groups_loop = [&]() HITCH_COMPRESS_INLINE_LAMBDA {
+                for (std::size_t begin = lo; begin < hi; begin += size) {
+                    const std::size_t k = begin / size, len = std::min(size, n - begin);
+                    detail::group_moments mo;
+                    detail::moments_kernel<EF, true, false, false>(g + begin, EF ? r_in + begin : nullptr, len, mo);
+                    if (!mo.finite || !std::isfinite(mo.sum_squares)) {
+                        finite[k] = 0;
+                        continue;
+                    }
+                    const auto norm = static_cast<float>(std::sqrt(mo.sum_squares));
+                    if (fixed) wire::store_le(p + 16 + 4 * k, norm);
+                    else norms[k] = norm;
+                    const detail::quantizer q{
+                        norm > 0.0f ? static_cast<float>(static_cast<double>(options_.levels) / norm) : 0.0f, norm / levels,
+                        levels, static_cast<std::int32_t>(options_.levels), 0.0f};
+                    Code* c = fixed ? local.data() : codes.data() + begin;
+                    detail::quantize<EF, false>(g + begin, EF ? r_in + begin : nullptr, EF ? r_out + begin : nullptr,
+                                                len, begin, base, q, c, tier);
+                    if (fixed) detail::pack_codes(c, len, b, p + front + begin * b / 8);
                 }
-                const auto norm = static_cast<float>(std::sqrt(mo.sum_squares));
-                if (fixed) wire::store_le(p + 16 + 4 * k, norm);
-                else norms[k] = norm;
-                const detail::quantizer q{norm > 0.0f ? static_cast<float>(static_cast<double>(options_.levels) / norm) : 0.0f,
-                                          norm / levels, levels, static_cast<std::int32_t>(options_.levels), 0.0f};
-                Code* c = codes.data() + (fixed ? 0 : begin);
-                detail::quantize<EF, false>(g + begin, EF ? r_in + begin : nullptr, EF ? r_out + begin : nullptr, len,
-                                            begin, base, q, c, wide);
-                if (fixed) detail::pack_codes(c, len, b, p + front + begin * b / 8);
-            }
-        };
-        detail::run_wide(groups_loop);
-        if (!finite) detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
+            };
+            detail::run_wide(groups_loop);
+        });
+        if (std::find(finite.begin(), finite.end(), 0) != finite.end())
+            detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
         ++s.step;
         if (fixed) {
             write_front(p, size >= n ? 0 : size);
@@ -275,39 +285,48 @@ private:
     template <bool Add, class Code>
     void decode_codes(wire::reader& r, const std::byte* stream, std::size_t n, std::uint32_t s, unsigned b,
                       std::size_t size, const std::vector<float>& unit, std::span<float> out) const {
-        std::vector<Code> codes(std::min(size, n));
-        std::size_t bad_at = n;
-        detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
-            for (std::size_t begin = 0; begin < n && bad_at == n; begin += size) {
-                const std::size_t len = std::min(size, n - begin);
-                detail::unpack_codes(stream + begin * b / 8, len, b, codes.data());
-                std::uint32_t bad = 0;
-                for (std::size_t i = 0; i < len; ++i) bad |= ((codes[i] >> 1) > s) | (codes[i] == 1u);
-                if (bad != 0)
-                    for (std::size_t i = 0; i < len; ++i)
-                        if ((codes[i] >> 1) > s || codes[i] == 1u) {
-                            bad_at = begin + i;
-                            break;
-                        }
-            }
+        // Every code is checked (level <= s, no negative zero) before anything is written; the first bad one is
+        // reported whichever chunk found it.
+        const std::size_t groups = n == 0 ? 0 : detail::ceil_div(n, size);
+        std::vector<std::size_t> first_bad(groups, n);
+        detail::for_chunks(n, size, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+            std::vector<Code> codes(std::min(size, hi - lo));
+            detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+                for (std::size_t begin = lo; begin < hi; begin += size) {
+                    const std::size_t len = std::min(size, n - begin);
+                    detail::unpack_codes(stream + begin * b / 8, len, b, codes.data());
+                    std::uint32_t bad = 0;
+                    for (std::size_t i = 0; i < len; ++i) bad |= ((codes[i] >> 1) > s) | (codes[i] == 1u);
+                    if (bad != 0)
+                        for (std::size_t i = 0; i < len; ++i)
+                            if ((codes[i] >> 1) > s || codes[i] == 1u) {
+                                first_bad[begin / size] = begin + i;
+                                break;
+                            }
+                }
+            });
         });
+        const std::size_t bad_at = groups == 0 ? n : *std::min_element(first_bad.begin(), first_bad.end());
         if (bad_at != n) {
             const std::uint32_t c = detail::code_at(stream, bad_at, b);
             r.fail(hitch::detail::concat("code ", c, " of element ", bad_at, " is not a level in [0, ", s, "] with a sign"));
         }
-        detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
-            for (std::size_t begin = 0; begin < n; begin += size) {
-                const std::size_t len = std::min(size, n - begin);
-                detail::unpack_codes(stream + begin * b / 8, len, b, codes.data());
-                const float u = unit[begin / size];
-                float* o = out.data() + begin;
-                for (std::size_t i = 0; i < len; ++i) {
-                    const float mag = static_cast<float>(codes[i] >> 1) * u;
-                    const float v = (codes[i] & 1u) ? -mag : mag;
-                    if constexpr (Add) o[i] += v;
-                    else o[i] = v;
+        detail::for_chunks(n, size, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+            std::vector<Code> codes(std::min(size, hi - lo));
+            detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+                for (std::size_t begin = lo; begin < hi; begin += size) {
+                    const std::size_t len = std::min(size, n - begin);
+                    detail::unpack_codes(stream + begin * b / 8, len, b, codes.data());
+                    const float u = unit[begin / size];
+                    float* o = out.data() + begin;
+                    for (std::size_t i = 0; i < len; ++i) {
+                        const float mag = static_cast<float>(codes[i] >> 1) * u;
+                        const float v = (codes[i] & 1u) ? -mag : mag;
+                        if constexpr (Add) o[i] += v;
+                        else o[i] = v;
+                    }
                 }
-            }
+            });
         });
     }
 

@@ -34,9 +34,12 @@ struct terngrad_options {
     double clip_sigmas = 0.0;
     /// Seeds the stochastic rounding (mixed with the state's stream, e.g. the rank, and step).
     std::uint64_t seed = 0x7e4a9a4d;
+    /// Threads one bucket's encode and decode may use (the message does not depend on it).
+    parallelism parallel{};
 
     void validate() const {
         option_validator("hitch::compress::terngrad_options").non_negative("clip_sigmas", clip_sigmas);
+        parallel.validate("hitch::compress::terngrad_options");
     }
 };
 
@@ -55,14 +58,13 @@ public:
         std::size_t count = 0;
         std::uint64_t step = 0;
         std::uint64_t stream = 0;  // differs between ranks so their rounding is independent (the aggregation sets it)
-        std::vector<std::uint8_t> codes;  // workspace
     };
 
     terngrad() = default;
     explicit terngrad(options o) : options_(o) { options_.validate(); }
     [[nodiscard]] const options& get_options() const noexcept { return options_; }
 
-    [[nodiscard]] state make_state(std::size_t count) const { return {count, 0, 0, {}}; }
+    [[nodiscard]] state make_state(std::size_t count) const { return {count, 0, 0}; }
     [[nodiscard]] static constexpr std::size_t message_bytes(std::size_t n) noexcept {
         return wire::header_bytes + 8 + detail::code_bytes(n, 2);
     }
@@ -101,10 +103,11 @@ public:
             if ((c & 0x55u & ~(c >> 1)) != 0) r.fail(hitch::detail::concat("code 01 in byte ", j));
         }
         if (n % 4 != 0 && (static_cast<unsigned>(codes.back()) >> (2 * (n % 4))) != 0) r.fail("padding bits are not zero");
-        std::vector<std::uint8_t> unpacked(std::min(n, block));
-        detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
-            for (std::size_t begin = 0; begin < n; begin += block) {
-                const std::size_t len = std::min(block, n - begin);
+        detail::for_chunks(n, block, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+          std::vector<std::uint8_t> unpacked(std::min(block, hi - lo));
+          detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+            for (std::size_t begin = lo; begin < hi; begin += block) {
+                const std::size_t len = std::min(block, hi - begin);
                 detail::unpack_codes(codes.data() + begin / 4, len, 2, unpacked.data());
                 float* o = out.data() + begin;
                 for (std::size_t i = 0; i < len; ++i) {
@@ -114,6 +117,7 @@ public:
                     else o[i] = v;
                 }
             }
+          });
         });
     }
 
@@ -146,8 +150,8 @@ private:
     std::size_t encode_impl(const float* g, const float* r_in, float* r_out, std::size_t n, state& s,
                             std::vector<std::byte>& bytes, dtype type) const {
         const bool clipping = options_.clip_sigmas > 0.0;
-        const detail::group_moments mo = clipping ? detail::moments<EF, true, true>(g, r_in, n)
-                                                  : detail::moments<EF, false, false>(g, r_in, n);
+        const detail::group_moments mo = clipping ? detail::moments_parallel<EF, true, true>(g, r_in, n, options_.parallel)
+                                                  : detail::moments_parallel<EF, false, false>(g, r_in, n, options_.parallel);
         if (!mo.finite) detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
         float clip = std::numeric_limits<float>::infinity();
         float scale = mo.max_abs;
@@ -164,19 +168,21 @@ private:
         wire::store_le<std::uint32_t>(p + 4, 0);
         const detail::quantizer q{scale > 0.0f ? 1.0f / scale : 0.0f, scale, 1.0f, 1, clip};
         const detail::counter_rng base(detail::draw_key(options_.seed, s.stream, s.step));
-        const bool wide = detail::use_wide();
-        s.codes.resize(std::min(n, block));
-        std::uint8_t* codes = s.codes.data();
-        detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
-            for (std::size_t begin = 0; begin < n; begin += block) {
-                const std::size_t len = std::min(block, n - begin);
-                const float* gb = g + begin;
-                const float* rb = EF ? r_in + begin : nullptr;
-                float* ob = EF ? r_out + begin : nullptr;
-                if (clipping) detail::quantize<EF, true>(gb, rb, ob, len, begin, base, q, codes, wide);
-                else detail::quantize<EF, false>(gb, rb, ob, len, begin, base, q, codes, wide);
-                detail::pack_codes(codes, len, 2, p + 8 + begin / 4);
-            }
+        const detail::isa tier = detail::best_isa();
+        // Chunks of whole blocks, each with its own code buffer; the codes of an element depend only on its index.
+        detail::for_chunks(n, block, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+            std::vector<std::uint8_t> codes(std::min(block, hi - lo));
+            detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+                for (std::size_t begin = lo; begin < hi; begin += block) {
+                    const std::size_t len = std::min(block, hi - begin);
+                    const float* gb = g + begin;
+                    const float* rb = EF ? r_in + begin : nullptr;
+                    float* ob = EF ? r_out + begin : nullptr;
+                    if (clipping) detail::quantize<EF, true>(gb, rb, ob, len, begin, base, q, codes.data(), tier);
+                    else detail::quantize<EF, false>(gb, rb, ob, len, begin, base, q, codes.data(), tier);
+                    detail::pack_codes(codes.data(), len, 2, p + 8 + begin / 4);
+                }
+            });
         });
         ++s.step;
         return w.finish(payload);

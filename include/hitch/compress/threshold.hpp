@@ -33,9 +33,12 @@ struct threshold_options {
     /// The magnitude at which an element is sent (Strom 2015 uses tau = 2 to 15 for his speech models; pick it for
     /// the scale of your gradients).
     float tau = 1e-3f;
+    /// Threads one bucket's encode may use (the message does not depend on it).
+    parallelism parallel{};
 
     void validate() const {
         option_validator("hitch::compress::threshold_options").open("tau", tau, 0.0f, 3.0e38f);
+        parallel.validate("hitch::compress::threshold_options");
     }
 };
 
@@ -66,7 +69,7 @@ public:
 
     std::size_t encode_floats(std::span<const float> in, state& s, std::vector<std::byte>& bytes, dtype type) const {
         bool finite = true;
-        detail::collect_at_least(in.data(), in.size(), options_.tau, s.selection, finite);
+        detail::collect_at_least_parallel(in.data(), in.size(), options_.tau, s.selection, finite, options_.parallel);
         if (!finite) detail::throw_non_finite(who);
         return write(s.selection, in.size(), bytes, type);
     }
@@ -78,9 +81,11 @@ public:
                           std::vector<std::byte>& bytes) const {
         detail::require_host(g, who);
         check_state_size(s, g.size());
-        for (std::size_t i = 0; i < g.size(); ++i) r_out[i] = static_cast<float>(g[i]) + r_in[i];
+        detail::for_chunks(g.size(), 4096, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+            for (std::size_t i = lo; i < hi; ++i) r_out[i] = static_cast<float>(g[i]) + r_in[i];
+        });
         bool finite = true;
-        detail::collect_at_least(r_out.data(), r_out.size(), options_.tau, s.selection, finite);
+        detail::collect_at_least_parallel(r_out.data(), r_out.size(), options_.tau, s.selection, finite, options_.parallel);
         if (!finite) detail::throw_non_finite(who, "the bucket plus its residual");
         const std::size_t size = write(s.selection, g.size(), bytes, dtype_of<std::remove_const_t<T>>());
         for (std::size_t j = 0; j < s.selection.size(); ++j) {

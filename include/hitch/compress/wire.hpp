@@ -176,10 +176,9 @@ inline void write_header(std::byte* at, const header& h) noexcept {
 
 /// The checksum of a complete message or blob: CRC32C of its first 28 bytes and its payload.
 [[nodiscard]] inline std::uint32_t checksum_of(std::span<const std::byte> whole) {
-    return compress::detail::crc32c()
-        .update(whole.first(checksum_offset))
-        .update(whole.subspan(header_bytes))
-        .value();
+    const auto payload = whole.subspan(header_bytes);
+    const std::uint32_t head = compress::detail::crc32c_update(0xFFFFFFFFu, whole.first(checksum_offset));
+    return ~(compress::detail::crc32c_shift_bytes(head, payload.size()) ^ compress::detail::crc32c_raw_parallel(payload));
 }
 
 [[nodiscard]] constexpr bool is_floating(dtype t) noexcept {
@@ -215,6 +214,18 @@ public:
         out_.resize(header_bytes + payload_bytes);
         write_header(out_.data(), head_);
         seal(out_);
+        return out_.size();
+    }
+    /// As finish(), with the payload's raw CRC32C state from zero (crc32c_update(0, payload)) computed by the codec,
+    /// e.g. chunk by chunk while the bytes were in cache, so the payload is not read again.
+    std::size_t finish_with_payload_crc(std::size_t payload_bytes, std::uint32_t payload_raw) {
+        head_.payload_bytes = payload_bytes;
+        out_.resize(header_bytes + payload_bytes);
+        write_header(out_.data(), head_);
+        const std::uint32_t head_raw =
+            compress::detail::crc32c_update(0xFFFFFFFFu, std::span<const std::byte>(out_.data(), checksum_offset));
+        store_le(out_.data() + checksum_offset,
+                 ~(compress::detail::crc32c_shift_bytes(head_raw, payload_bytes) ^ payload_raw));
         return out_.size();
     }
 

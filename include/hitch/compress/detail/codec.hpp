@@ -10,8 +10,11 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "hitch/compress/detail/crc32c.hpp"
+#include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/wire.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
@@ -132,6 +135,38 @@ template <std::uint8_t Id>
 void load_empty_state(std::span<const std::byte> blob, empty_state& s, std::string_view who) {
     const wire::message_view m = wire::open_state(blob, Id, s.count, who);
     if (!m.payload.empty()) wire::corrupt(who, "a state blob of a stateless codec carries a payload");
+}
+
+/// Runs convert(begin, end) -> bool (false: a non-finite result) over [0, n) in chunks of the plan, each writing
+/// `width` bytes per element at out + width * begin, and checksums every block of output while it is in cache.
+/// Returns whether all results were finite and the payload's raw CRC32C (state from zero, chunks combined in
+/// order). Used by the element-wise codecs, whose payload is exactly their converted elements.
+template <class Convert>
+std::pair<bool, std::uint32_t> convert_and_checksum(std::size_t n, std::size_t width, std::byte* out,
+                                                    const parallelism& how, Convert&& convert) {
+    constexpr std::size_t block = 8192;
+    const chunk_plan plan = plan_chunks(n, block, how);
+    std::vector<std::uint32_t> raw(plan.count, 0);
+    std::vector<unsigned char> finite(plan.count, 1);
+    run_chunks(plan, [&](std::size_t c, std::size_t begin, std::size_t end) {
+        std::uint32_t crc = 0;
+        bool ok = true;
+        for (std::size_t b = begin; b < end; b += block) {
+            const std::size_t e = std::min(end, b + block);
+            ok = convert(b, e) && ok;
+            crc = crc32c_update(crc, std::span<const std::byte>(out + width * b, width * (e - b)));
+        }
+        raw[c] = crc;
+        finite[c] = ok ? 1 : 0;
+    });
+    std::uint32_t total = raw[0];
+    bool ok = finite[0] != 0;
+    for (std::size_t c = 1; c < plan.count; ++c) {
+        const auto [b, e] = plan.chunk(c);
+        total = crc32c_shift_bytes(total, width * (e - b)) ^ raw[c];
+        ok = ok && finite[c] != 0;
+    }
+    return {ok, total};
 }
 
 /// ceil(a / b) for b > 0.

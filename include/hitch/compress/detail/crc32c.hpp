@@ -13,6 +13,9 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <vector>
+
+#include "hitch/core/parallel.hpp"
 
 #include "hitch/compress/detail/simd.hpp"
 
@@ -126,6 +129,35 @@ HITCH_TARGET_SSE42 inline std::uint32_t crc32c_update_sse42(std::uint32_t s, con
     return crc32c_update_portable(s, bytes.data(), bytes.size());
 }
 
+/// a * b mod P for polynomials in the CRC's reflected representation (bit 31 is x^0, bit 0 is x^31).
+[[nodiscard]] constexpr std::uint32_t crc32c_multiply(std::uint32_t a, std::uint32_t b) noexcept {
+    std::uint32_t product = 0;
+    for (std::uint32_t m = 1u << 31; m != 0; m >>= 1) {
+        if (a & m) product ^= b;
+        b = (b & 1u) ? (b >> 1) ^ crc32c_polynomial : b >> 1;  // b * x
+    }
+    return product;
+}
+
+/// x^(2^k) mod P for k = 0 .. 63.
+struct crc32c_powers {
+    std::array<std::uint32_t, 64> x2k{};
+    constexpr crc32c_powers() {
+        x2k[0] = 1u << 30;  // x^1
+        for (std::size_t k = 1; k < 64; ++k) x2k[k] = crc32c_multiply(x2k[k - 1], x2k[k - 1]);
+    }
+};
+inline constexpr crc32c_powers crc32c_power_table{};
+
+/// The raw state after `bytes` zero bytes follow `state`: state * x^(8 bytes) mod P (the CRC is linear, so
+/// raw(s, A || B) = shift(raw(s, A), |B|) ^ raw(0, B): chunks checksummed apart combine into the whole).
+[[nodiscard]] constexpr std::uint32_t crc32c_shift_bytes(std::uint32_t state, std::uint64_t bytes) noexcept {
+    const std::uint64_t bits = bytes * 8;
+    for (std::size_t k = 0; k < 64; ++k)
+        if ((bits >> k) & 1u) state = crc32c_multiply(crc32c_power_table.x2k[k], state);
+    return state;
+}
+
 /// Streaming CRC32C: update() with consecutive pieces, then value().
 class crc32c {
 public:
@@ -138,6 +170,28 @@ public:
 private:
     std::uint32_t state_ = 0xFFFFFFFFu;
 };
+
+/// The raw state from zero over `bytes`, computed in chunks on the shared thread pool when the buffer is large
+/// (the chunks' states are combined in order, so the value is the same however it was split).
+[[nodiscard]] inline std::uint32_t crc32c_raw_parallel(std::span<const std::byte> bytes) {
+    constexpr std::size_t chunk_min = std::size_t{1} << 22;  // 4 MiB: below, one thread is quicker
+    if (bytes.size() < 2 * chunk_min) return crc32c_update(0, bytes);
+    parallel_options o;
+    o.align = 4096;
+    o.min_chunk = chunk_min;
+    const std::size_t chunks = chunk_count(bytes.size(), o);
+    std::vector<std::uint32_t> raw(chunks);
+    parallel_chunks(chunks, [&](std::size_t c) {
+        const auto [b, e] = static_chunk(bytes.size(), chunks, c, o.align);
+        raw[c] = crc32c_update(0, bytes.subspan(b, e - b));
+    }, o);
+    std::uint32_t total = raw[0];
+    for (std::size_t c = 1; c < chunks; ++c) {
+        const auto [b, e] = static_chunk(bytes.size(), chunks, c, o.align);
+        total = crc32c_shift_bytes(total, e - b) ^ raw[c];
+    }
+    return total;
+}
 
 /// CRC32C of one buffer.
 [[nodiscard]] inline std::uint32_t crc32c_of(std::span<const std::byte> bytes) { return crc32c().update(bytes).value(); }

@@ -16,6 +16,7 @@
 
 namespace hitch::compress::detail {
 
+HITCH_COMPRESS_STRICT_FP_BEGIN
 // ---- baseline ---------------------------------------------------------------------------------------------------
 
 /// out[i] = half(v[i]) where v = in (+ r_in); r_out = v - out when EF. Returns true when all results are finite.
@@ -167,5 +168,7 @@ inline void from_bf16(const std::byte* in, float* out, std::size_t n) {
         }
     }
 }
+
+HITCH_COMPRESS_STRICT_FP_END
 
 }  // namespace hitch::compress::detail

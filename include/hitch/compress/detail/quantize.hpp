@@ -17,12 +17,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
+#include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/detail/simd.hpp"
 
 namespace hitch::compress::detail {
 
+HITCH_COMPRESS_STRICT_FP_BEGIN
 /// Reductions over a group. Partial results live in 32 float lanes (element i of a block into lane i % 32), are
 /// folded into doubles in lane order every `moment_block` elements, so every code path gives the same bits.
 struct group_moments {
@@ -33,6 +36,8 @@ struct group_moments {
 };
 
 inline constexpr std::size_t moment_lanes = 32;
+
+[[nodiscard]] constexpr std::size_t ceil_div_size(std::size_t a, std::size_t b) noexcept { return a / b + (a % b != 0); }
 inline constexpr std::size_t moment_block = 4096;
 
 template <bool EF, bool Squares, bool Sum, bool Max = true>
@@ -49,7 +54,10 @@ HITCH_COMPRESS_ALWAYS_INLINE void moments_kernel(const float* g, const float* r,
                 if constexpr (EF) v += r[i + j];
                 const float a = std::fabs(v);
                 if constexpr (Sum) s[j] += v;
-                if constexpr (Squares) q[j] += v * v;
+                if constexpr (Squares) {
+                    const float square = v * v;
+                    q[j] += square;
+                }
                 if constexpr (Max) {
                     m[j] = a > m[j] ? a : m[j];
                     bad[j] |= a <= 3.40282347e38f ? 0u : 1u;
@@ -60,18 +68,25 @@ HITCH_COMPRESS_ALWAYS_INLINE void moments_kernel(const float* g, const float* r,
             if constexpr (EF) v += r[i];
             const float a = std::fabs(v);
             if constexpr (Sum) s[j] += v;
-            if constexpr (Squares) q[j] += v * v;
+            if constexpr (Squares) {
+                const float square = v * v;
+                q[j] += square;
+            }
             if constexpr (Max) {
                 m[j] = a > m[j] ? a : m[j];
                 bad[j] |= a <= 3.40282347e38f ? 0u : 1u;
             }
         }
+        // The block's partial (its lanes in order), then added to the total: block by block, in order.
+        double block_sum = 0.0, block_squares = 0.0;
         for (std::size_t j = 0; j < L; ++j) {
-            out.sum += static_cast<double>(s[j]);
-            out.sum_squares += static_cast<double>(q[j]);
+            block_sum += static_cast<double>(s[j]);
+            block_squares += static_cast<double>(q[j]);
             out.max_abs = m[j] > out.max_abs ? m[j] : out.max_abs;
             out.finite = out.finite && bad[j] == 0;
         }
+        out.sum += block_sum;
+        out.sum_squares += block_squares;
     }
 }
 
@@ -82,6 +97,33 @@ template <bool EF, bool Squares, bool Sum>
 inline group_moments moments(const float* g, const float* r, std::size_t n) {
     group_moments out;
     run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA { moments_kernel<EF, Squares, Sum>(g, r, n, out); });
+    out.finite = out.finite && std::isfinite(out.sum_squares) && std::isfinite(out.sum);
+    return out;
+}
+
+/// moments() over a bucket, in chunks of whole blocks on the thread pool; the blocks' partials are added in block
+/// order, so the result equals the one-thread result bit for bit.
+template <bool EF, bool Squares, bool Sum>
+inline group_moments moments_parallel(const float* g, const float* r, std::size_t n, const parallelism& how) {
+    const chunk_plan plan = plan_chunks(n, moment_block, how);
+    if (plan.count == 1) return moments<EF, Squares, Sum>(g, r, n);
+    std::vector<group_moments> blocks(ceil_div_size(n, moment_block));
+    run_chunks(plan, [&](std::size_t, std::size_t lo, std::size_t hi) {
+        run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+            for (std::size_t b = lo; b < hi; b += moment_block) {
+                group_moments part;
+                moments_kernel<EF, Squares, Sum>(g + b, EF ? r + b : r, std::min(moment_block, n - b), part);
+                blocks[b / moment_block] = part;
+            }
+        });
+    });
+    group_moments out;
+    for (const auto& part : blocks) {
+        out.sum += part.sum;
+        out.sum_squares += part.sum_squares;
+        out.max_abs = part.max_abs > out.max_abs ? part.max_abs : out.max_abs;
+        out.finite = out.finite && part.finite;
+    }
     out.finite = out.finite && std::isfinite(out.sum_squares) && std::isfinite(out.sum);
     return out;
 }
@@ -188,11 +230,12 @@ HITCH_TARGET_AVX2 inline void quantize_avx2(const float* g, const float* r_in, f
 #endif
 
 /// Quantises [begin, begin + n) of a bucket (indices global, for the random numbers) into codes[0, n); with EF
-/// also writes r_out = v - decoded. `wide` selects the AVX2 kernel (callers decide once per encode).
+/// also writes r_out = v - decoded. `tier` (decided once per encode) picks the AVX2 intrinsics kernel; otherwise
+/// the generic kernel runs, vectorised by whichever build (baseline, AVX2, AVX-512) the caller runs in.
 template <bool EF, bool Clip, class Code>
 HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, float* r_out, std::size_t n,
                                            std::size_t begin, const counter_rng& base, const quantizer& q, Code* codes,
-                                           [[maybe_unused]] bool wide) {
+                                           [[maybe_unused]] isa tier) {
     std::size_t done = 0;
     while (done < n) {
         const std::size_t index = begin + done;
@@ -206,7 +249,7 @@ HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, fl
         const auto first = static_cast<std::uint32_t>(offset);
 #if HITCH_COMPRESS_X86
         if constexpr (sizeof(Code) == 1) {
-            if (wide) {
+            if (tier == isa::avx2) {
                 quantize_avx2<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
                 done += len;
                 continue;
@@ -217,6 +260,8 @@ HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, fl
         done += len;
     }
 }
+
+HITCH_COMPRESS_STRICT_FP_END
 
 // ---- bit streams of b-bit codes (b in [2, 16]) ----------------------------------------------------------------
 

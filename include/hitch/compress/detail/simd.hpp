@@ -19,11 +19,25 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #define HITCH_TARGET_AVX2 __attribute__((target("avx2,f16c,bmi,bmi2,popcnt")))
+#define HITCH_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt")))
 #define HITCH_TARGET_SSE42 __attribute__((target("sse4.2")))
 #else
 #define HITCH_COMPRESS_X86 0
 #define HITCH_TARGET_AVX2
+#define HITCH_TARGET_AVX512
 #define HITCH_TARGET_SSE42
+#endif
+
+// No fused multiply-add contraction in the kernels, whatever the user's flags or the target of a wide build, so
+// every build computes the same bits: GCC contracts across statements when FMA is available (AVX-512 brings it),
+// so kernels and the run_* wrappers they are inlined into sit between these; Clang contracts only inside one
+// expression, which the kernels avoid (a product is always its own statement).
+#if defined(__GNUC__) && !defined(__clang__)
+#define HITCH_COMPRESS_STRICT_FP_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"fp-contract=off\")")
+#define HITCH_COMPRESS_STRICT_FP_END _Pragma("GCC pop_options")
+#else
+#define HITCH_COMPRESS_STRICT_FP_BEGIN
+#define HITCH_COMPRESS_STRICT_FP_END
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -36,8 +50,13 @@
 
 namespace hitch::compress::detail {
 
-/// Tests switch the wide paths off to compare them with the baseline ones; nothing else should touch it.
+/// Tests switch the wide paths off to compare them with the baseline ones; nothing else should touch them.
 inline std::atomic<bool> wide_paths_enabled{true};
+/// Likewise for the AVX-512 tier alone (the AVX2 kernels stay on).
+inline std::atomic<bool> avx512_paths_enabled{true};
+
+/// The instruction sets the kernels are built for.
+enum class isa : std::uint8_t { baseline = 0, avx2 = 1, avx512 = 2 };
 
 #if HITCH_COMPRESS_X86
 [[nodiscard]] inline bool cpu_has_avx2_set() noexcept {
@@ -48,6 +67,14 @@ inline std::atomic<bool> wide_paths_enabled{true};
         const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && ((ecx >> 29) & 1u) != 0;
         return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
                __builtin_cpu_supports("popcnt");
+    }();
+    return has;
+}
+[[nodiscard]] inline bool cpu_has_avx512_set() noexcept {
+    static const bool has = [] {
+        __builtin_cpu_init();
+        return cpu_has_avx2_set() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     }();
     return has;
 }
@@ -69,20 +96,44 @@ inline std::atomic<bool> wide_paths_enabled{true};
 #endif
 }
 
+/// True when the AVX-512 (F, BW, VL, DQ) builds of the generic kernels may run.
+[[nodiscard]] inline bool use_avx512() noexcept {
+#if HITCH_COMPRESS_X86
+    return use_wide() && cpu_has_avx512_set() && avx512_paths_enabled.load(std::memory_order_relaxed);
+#else
+    return false;
+#endif
+}
+
+/// The widest tier allowed now.
+[[nodiscard]] inline isa best_isa() noexcept {
+    if (use_avx512()) return isa::avx512;
+    if (use_wide()) return isa::avx2;
+    return isa::baseline;
+}
+
+HITCH_COMPRESS_STRICT_FP_BEGIN
 #if HITCH_COMPRESS_X86
 template <class F>
 HITCH_TARGET_AVX2 decltype(auto) run_avx2(F&& f) {
     return f();
 }
+template <class F>
+HITCH_TARGET_AVX512 decltype(auto) run_avx512(F&& f) {
+    return f();
+}
 #endif
 
-/// Runs f() compiled for AVX2 when the processor has it, else the baseline build of f.
+/// Runs f() compiled for AVX-512 or AVX2 when the processor has them, else the baseline build of f. The generic
+/// kernels compute the same bits in every build (no FMA contraction is enabled by the targets).
 template <class F>
 decltype(auto) run_wide(F&& f) {
 #if HITCH_COMPRESS_X86
+    if (use_avx512()) return run_avx512(f);
     if (use_wide()) return run_avx2(f);
 #endif
     return f();
 }
+HITCH_COMPRESS_STRICT_FP_END
 
 }  // namespace hitch::compress::detail

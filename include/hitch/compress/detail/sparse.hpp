@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/detail/simd.hpp"
 #include "hitch/compress/wire.hpp"
@@ -35,6 +36,7 @@ struct sparse_selection {
     [[nodiscard]] std::size_t size() const noexcept { return index.size(); }
 };
 
+HITCH_COMPRESS_STRICT_FP_BEGIN
 HITCH_COMPRESS_ALWAYS_INLINE float magnitude(float x) noexcept { return std::fabs(x); }
 
 /// Appends every i in [0, n) with |v[i]| >= t (in index order) while fewer than `cap` are stored; returns how many
@@ -111,6 +113,35 @@ inline std::size_t collect_at_least(const float* v, std::size_t n, float t, spar
     }
 #endif
     return collect_portable(v, n, t, out, cap, finite);
+}
+
+HITCH_COMPRESS_STRICT_FP_END
+
+/// collect_at_least over chunks of the bucket on the thread pool, the chunks' selections joined in order (the same
+/// selection as one thread's; no cap).
+inline std::size_t collect_at_least_parallel(const float* v, std::size_t n, float t, sparse_selection& out, bool& finite,
+                                             const parallelism& how) {
+    const chunk_plan plan = plan_chunks(n, 4096, how);
+    if (plan.count == 1) return collect_at_least(v, n, t, out, finite);
+    std::vector<sparse_selection> parts(plan.count);
+    std::vector<unsigned char> ok(plan.count, 1);
+    run_chunks(plan, [&](std::size_t c, std::size_t lo, std::size_t hi) {
+        bool f = true;
+        collect_at_least(v + lo, hi - lo, t, parts[c], f);
+        for (auto& i : parts[c].index) i += lo;
+        ok[c] = f ? 1 : 0;
+    });
+    out.clear();
+    std::size_t total = 0;
+    for (std::size_t c = 0; c < plan.count; ++c) total += parts[c].size();
+    out.index.reserve(total);
+    out.value.reserve(total);
+    for (std::size_t c = 0; c < plan.count; ++c) {
+        out.index.insert(out.index.end(), parts[c].index.begin(), parts[c].index.end());
+        out.value.insert(out.value.end(), parts[c].value.begin(), parts[c].value.end());
+        finite = finite && ok[c] != 0;
+    }
+    return total;
 }
 
 /// Keeps the k largest magnitudes of a selection that is in index order: all strictly above the k-th largest
