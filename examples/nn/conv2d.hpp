@@ -4,8 +4,9 @@
 // in_channels:
 //   forward   col (rows x CRS) = im2col(x);   y (rows x K) = col W^T + b
 //   backward  dW (K x CRS) = dy^T col;   dcol = dy W;   dx = col2im(dcol)
-// The column matrix lives in the model's shared workspace and is rebuilt in backward, so a deep network needs one
-// column buffer, not one per layer. A 1x1 convolution with stride 1 and no padding uses x itself as col.
+// col is built and multiplied a block of rows at a time in the model's shared workspace, and rebuilt in backward,
+// so it never leaves the cache and a deep network needs one small buffer, not a column matrix per layer. A 1x1
+// convolution with stride 1 and no padding uses x itself as col.
 
 #include <xtensor/xtensor.hpp>
 
@@ -40,6 +41,7 @@ public:
         out_ = {(in_.height + 2 * options_.padding - kernel_) / options_.stride + 1,
                 (in_.width + 2 * options_.padding - kernel_) / options_.stride + 1, out_channels_};
         patch_ = kernel_ * kernel_ * in_.channels;
+        block_rows_ = std::max<std::size_t>(1, block_bytes / (patch_ * sizeof(T)));
         direct_ = kernel_ == 1 && options_.stride == 1 && options_.padding == 0;
         max_batch_ = max_batch;
         weight_ = xt::xtensor<T, 4>::from_shape({out_channels_, kernel_, kernel_, in_.channels});
@@ -54,7 +56,7 @@ public:
     }
 
     [[nodiscard]] std::size_t workspace_size() const override {
-        return direct_ ? 0 : max_batch_ * out_.height * out_.width * patch_;
+        return direct_ ? 0 : std::min(block_rows_, max_batch_ * out_.height * out_.width) * patch_;
     }
 
     void initialize(random_source& rng) override {
@@ -63,28 +65,43 @@ public:
     }
 
     void forward(const T* x, T* y, const pass<T>& p) override {
-        const std::size_t rows = p.batch * out_.height * out_.width;
-        const T* col = direct_ ? x : im2col(x, p.batch, p.workspace.data());
-        gemm(false, true, rows, out_channels_, patch_, T{1}, col, patch_, weight_.data(), patch_, T{0}, y,
-             out_channels_);
-        if (options_.bias) add_to_rows(y, rows, out_channels_, bias_.data());
+        const std::size_t rows = p.batch * out_.height * out_.width, k = out_channels_;
+        if (direct_) {
+            gemm(false, true, rows, k, patch_, T{1}, x, patch_, weight_.data(), patch_, T{0}, y, k);
+        } else {
+            for_each_block(rows, [&](std::size_t first, std::size_t n) {
+                const T* col = im2col(x, first, n, p.workspace.data());
+                gemm(false, true, n, k, patch_, T{1}, col, patch_, weight_.data(), patch_, T{0}, y + first * k, k);
+            });
+        }
+        if (options_.bias) add_to_rows(y, rows, k, bias_.data());
     }
 
     void backward(const T* x, const T* /*y*/, const T* dy, T* dx, const pass<T>& p) override {
-        const std::size_t rows = p.batch * out_.height * out_.width;
+        const std::size_t rows = p.batch * out_.height * out_.width, k = out_channels_;
         if (options_.bias) {
-            sum_rows(dy, rows, out_channels_, bias_grad_.data());
+            sum_rows(dy, rows, k, bias_grad_.data());
             p.ready(1);
         }
-        const T* col = direct_ ? x : im2col(x, p.batch, p.workspace.data());
-        gemm(true, false, out_channels_, patch_, rows, T{1}, dy, out_channels_, col, patch_, T{0},
-             weight_grad_.data(), patch_);
+        if (direct_) {
+            gemm(true, false, k, patch_, rows, T{1}, dy, k, x, patch_, T{0}, weight_grad_.data(), patch_);
+            p.ready(0);
+            if (dx) gemm(false, false, rows, patch_, k, T{1}, dy, k, weight_.data(), patch_, T{0}, dx, patch_);
+            return;
+        }
+        for_each_block(rows, [&](std::size_t first, std::size_t n) {  // dW = sum over blocks of dy^T col
+            const T* col = im2col(x, first, n, p.workspace.data());
+            gemm(true, false, k, patch_, n, T{1}, dy + first * k, k, col, patch_, first == 0 ? T{0} : T{1},
+                 weight_grad_.data(), patch_);
+        });
         p.ready(0);
         if (!dx) return;
-        T* dcol = direct_ ? dx : p.workspace.data();  // col is no longer needed: dcol takes its place
-        gemm(false, false, rows, patch_, out_channels_, T{1}, dy, out_channels_, weight_.data(), patch_, T{0}, dcol,
-             patch_);
-        if (!direct_) col2im(dcol, p.batch, dx);
+        std::fill_n(dx, p.batch * in_.size(), T{0});
+        for_each_block(rows, [&](std::size_t first, std::size_t n) {  // dx += col2im(dy W), block by block
+            T* dcol = p.workspace.data();
+            gemm(false, false, n, patch_, k, T{1}, dy + first * k, k, weight_.data(), patch_, T{0}, dcol, patch_);
+            col2im(dcol, first, n, dx);
+        });
     }
 
     [[nodiscard]] std::string describe() const override {
@@ -94,39 +111,48 @@ public:
     }
 
 private:
-    /// Calls fn(row of col, kernel row r, input offset of the first valid element, valid kernel columns [s0, s1))
-    /// for every output pixel and kernel row; s0 == s1 when the kernel row lies entirely in the padding. One kernel
-    /// row of a patch covers consecutive input columns, which in NHWC are one contiguous run of the input.
+    /// fn(first row, rows) for consecutive blocks of at most block_rows_ rows of col, covering [0, rows).
     template <class Fn>
-    void for_each_patch_row(std::size_t batch, Fn&& fn) const {
+    void for_each_block(std::size_t rows, Fn&& fn) const {
+        for (std::size_t first = 0; first < rows; first += block_rows_) fn(first, std::min(block_rows_, rows - first));
+    }
+
+    /// Calls fn(row within the block, kernel row r, input offset of the first valid element, valid kernel columns
+    /// [s0, s1)) for rows [first, first + count) of col and every kernel row; s0 == s1 when the kernel row lies
+    /// entirely in the padding. One kernel row of a patch covers consecutive input columns, which in NHWC are one
+    /// contiguous run of the input.
+    template <class Fn>
+    void for_each_patch_row(std::size_t first, std::size_t count, Fn&& fn) const {
         const auto pad = static_cast<std::ptrdiff_t>(options_.padding);
         const auto h = static_cast<std::ptrdiff_t>(in_.height), w = static_cast<std::ptrdiff_t>(in_.width);
         const auto k = static_cast<std::ptrdiff_t>(kernel_);
-        std::size_t row = 0;
-        for (std::size_t b = 0; b < batch; ++b)
-            for (std::size_t oh = 0; oh < out_.height; ++oh)
-                for (std::size_t ow = 0; ow < out_.width; ++ow, ++row) {
-                    const std::ptrdiff_t top = static_cast<std::ptrdiff_t>(oh * options_.stride) - pad;
-                    const std::ptrdiff_t left = static_cast<std::ptrdiff_t>(ow * options_.stride) - pad;
-                    const std::ptrdiff_t s0 = std::max<std::ptrdiff_t>(0, -left);
-                    const std::ptrdiff_t s1 = std::max(s0, std::min<std::ptrdiff_t>(k, w - left));
-                    for (std::ptrdiff_t r = 0; r < k; ++r) {
-                        const std::ptrdiff_t ih = top + r;
-                        if (ih < 0 || ih >= h || s0 == s1) {
-                            fn(row, static_cast<std::size_t>(r), std::size_t{0}, std::size_t{0}, std::size_t{0});
-                            continue;
-                        }
-                        const std::size_t offset = ((b * in_.height + static_cast<std::size_t>(ih)) * in_.width +
-                                                    static_cast<std::size_t>(left + s0)) * in_.channels;
-                        fn(row, static_cast<std::size_t>(r), offset, static_cast<std::size_t>(s0),
-                           static_cast<std::size_t>(s1));
-                    }
+        // Output pixel (b, oh, ow) of row `first`, then stepped along without dividing per row.
+        std::size_t ow = first % out_.width, oh = first / out_.width % out_.height, b = first / (out_.width * out_.height);
+        for (std::size_t row = 0; row < count; ++row) {
+            const std::ptrdiff_t top = static_cast<std::ptrdiff_t>(oh * options_.stride) - pad;
+            const std::ptrdiff_t left = static_cast<std::ptrdiff_t>(ow * options_.stride) - pad;
+            const std::ptrdiff_t s0 = std::max<std::ptrdiff_t>(0, -left);
+            const std::ptrdiff_t s1 = std::max(s0, std::min<std::ptrdiff_t>(k, w - left));
+            for (std::ptrdiff_t r = 0; r < k; ++r) {
+                const std::ptrdiff_t ih = top + r;
+                if (ih < 0 || ih >= h || s0 == s1) {
+                    fn(row, static_cast<std::size_t>(r), std::size_t{0}, std::size_t{0}, std::size_t{0});
+                    continue;
                 }
+                const std::size_t offset = ((b * in_.height + static_cast<std::size_t>(ih)) * in_.width +
+                                            static_cast<std::size_t>(left + s0)) * in_.channels;
+                fn(row, static_cast<std::size_t>(r), offset, static_cast<std::size_t>(s0), static_cast<std::size_t>(s1));
+            }
+            if (++ow == out_.width) {
+                ow = 0;
+                if (++oh == out_.height) oh = 0, ++b;
+            }
+        }
     }
 
-    T* im2col(const T* x, std::size_t batch, T* col) const {
+    T* im2col(const T* x, std::size_t first, std::size_t count, T* col) const {
         const std::size_t c = in_.channels, run = kernel_ * c;
-        for_each_patch_row(batch, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0, std::size_t s1) {
+        for_each_patch_row(first, count, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0, std::size_t s1) {
             T* dst = col + row * patch_ + r * run;
             std::fill(dst, dst + s0 * c, T{0});
             std::copy(x + in, x + in + (s1 - s0) * c, dst + s0 * c);
@@ -135,10 +161,10 @@ private:
         return col;
     }
 
-    void col2im(const T* dcol, std::size_t batch, T* dx) const {
+    /// dx += the patches of rows [first, first + count) scattered back to where im2col took them from.
+    void col2im(const T* dcol, std::size_t first, std::size_t count, T* dx) const {
         const std::size_t c = in_.channels;
-        std::fill_n(dx, batch * in_.size(), T{0});
-        for_each_patch_row(batch, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0, std::size_t s1) {
+        for_each_patch_row(first, count, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0, std::size_t s1) {
             const T* src = dcol + row * patch_ + (r * kernel_ + s0) * c;
             T* dst = dx + in;
             for (std::size_t i = 0; i < (s1 - s0) * c; ++i) dst[i] += src[i];
@@ -149,7 +175,10 @@ private:
     std::size_t out_channels_, kernel_;
     conv2d_options options_;
     shape in_, out_;
-    std::size_t patch_ = 0, max_batch_ = 0;
+    // Rows of col built and multiplied at a time: a block this size stays in cache between im2col and the GEMM,
+    // where the whole column matrix (k^2 times the input) would stream through memory twice.
+    static constexpr std::size_t block_bytes = 256 * 1024;
+    std::size_t patch_ = 0, max_batch_ = 0, block_rows_ = 1;
     bool direct_ = false;
     xt::xtensor<T, 4> weight_, weight_grad_;  // out_channels x kernel x kernel x in_channels
     xt::xtensor<T, 1> bias_, bias_grad_;

@@ -19,6 +19,8 @@ TEST_CASE("conv2d gradients for each kind of stride, padding and kernel", "[exam
     check_layer(nn::conv2d<double>("c", 2, 1, {.stride = 2, .padding = 0, .bias = false}), {5, 5, 3}, 2);
     check_layer(nn::conv2d<double>("c", 2, 2, {.stride = 2, .padding = 0, .bias = true}), {5, 4, 1}, 3);
     check_layer(nn::conv2d<double>("c", 2, 5, {.stride = 1, .padding = 2, .bias = true}), {3, 6, 2}, 1);
+    // 360-value patches: col is built in blocks of 91 rows, so these 108 rows take two blocks.
+    check_layer(nn::conv2d<double>("c", 2, 3, {.stride = 1, .padding = 1, .bias = true}), {6, 6, 40}, 3);
 }
 
 TEST_CASE("relu, pooling and flatten gradients", "[examples][nn][gradient]") {
@@ -136,37 +138,44 @@ TEST_CASE("whole models backpropagate through every layer into every parameter",
 // ---- forward passes against direct references -----------------------------------------------------------------
 
 TEST_CASE("conv2d forward matches a direct convolution", "[examples][nn]") {
-    const nn::shape in{6, 5, 3};
-    const std::size_t batch = 2, k = 3, kernel = 3, stride = 2, pad = 1;
-    nn::model<double> m(in, batch);
-    m.add(nn::conv2d<double>("c", k, kernel, {.stride = stride, .padding = pad, .bias = true}));
-    m.initialize(3);
-    hitch_test::perturb(m, 4);
-    const auto x = hitch_test::normal_values(batch * in.size(), 5);
-    const auto y = m.forward(x, batch, nn::mode::train);
-    const auto& w = m.parameters()[0].value;  // k x kernel x kernel x c
-    const auto& bias = m.parameters()[1].value;
-    const nn::shape out = m.output_shape();
-    REQUIRE(out == nn::shape{3, 3, k});
-    for (std::size_t b = 0; b < batch; ++b)
-        for (std::size_t oh = 0; oh < out.height; ++oh)
-            for (std::size_t ow = 0; ow < out.width; ++ow)
-                for (std::size_t o = 0; o < k; ++o) {
-                    double sum = bias[o];
-                    for (std::size_t r = 0; r < kernel; ++r)
-                        for (std::size_t s = 0; s < kernel; ++s)
-                            for (std::size_t c = 0; c < in.channels; ++c) {
-                                const long ih = static_cast<long>(oh * stride + r) - static_cast<long>(pad);
-                                const long iw = static_cast<long>(ow * stride + s) - static_cast<long>(pad);
-                                if (ih < 0 || iw < 0 || ih >= static_cast<long>(in.height) ||
-                                    iw >= static_cast<long>(in.width))
-                                    continue;
-                                sum += w[((o * kernel + r) * kernel + s) * in.channels + c] *
-                                       x[((b * in.height + static_cast<std::size_t>(ih)) * in.width +
-                                          static_cast<std::size_t>(iw)) * in.channels + c];
-                            }
-                    CHECK(y[((b * out.height + oh) * out.width + ow) * k + o] == Approx(sum).epsilon(1e-12));
-                }
+    struct config {
+        nn::shape in;
+        std::size_t batch, k, kernel, stride, pad;
+    };
+    // The second has 360-value patches and 108 rows: col is built in two blocks.
+    for (const auto& [in, batch, k, kernel, stride, pad] : {config{{6, 5, 3}, 2, 3, 3, 2, 1}, config{{6, 6, 40}, 3, 4, 3, 1, 1}}) {
+        nn::model<double> m(in, batch);
+        m.add(nn::conv2d<double>("c", k, kernel, {.stride = stride, .padding = pad, .bias = true}));
+        m.initialize(3);
+        hitch_test::perturb(m, 4);
+        const auto x = hitch_test::normal_values(batch * in.size(), 5);
+        const auto y = m.forward(x, batch, nn::mode::train);
+        const auto& w = m.parameters()[0].value;  // k x kernel x kernel x c
+        const auto& bias = m.parameters()[1].value;
+        const nn::shape out = m.output_shape();
+        REQUIRE(out == nn::shape{(in.height + 2 * pad - kernel) / stride + 1, (in.width + 2 * pad - kernel) / stride + 1, k});
+        std::size_t wrong = 0;
+        for (std::size_t b = 0; b < batch; ++b)
+            for (std::size_t oh = 0; oh < out.height; ++oh)
+                for (std::size_t ow = 0; ow < out.width; ++ow)
+                    for (std::size_t o = 0; o < k; ++o) {
+                        double sum = bias[o];
+                        for (std::size_t r = 0; r < kernel; ++r)
+                            for (std::size_t s = 0; s < kernel; ++s)
+                                for (std::size_t c = 0; c < in.channels; ++c) {
+                                    const long ih = static_cast<long>(oh * stride + r) - static_cast<long>(pad);
+                                    const long iw = static_cast<long>(ow * stride + s) - static_cast<long>(pad);
+                                    if (ih < 0 || iw < 0 || ih >= static_cast<long>(in.height) ||
+                                        iw >= static_cast<long>(in.width))
+                                        continue;
+                                    sum += w[((o * kernel + r) * kernel + s) * in.channels + c] *
+                                           x[((b * in.height + static_cast<std::size_t>(ih)) * in.width +
+                                              static_cast<std::size_t>(iw)) * in.channels + c];
+                                }
+                        wrong += std::abs(y[((b * out.height + oh) * out.width + ow) * k + o] - sum) > 1e-12 * (1 + std::abs(sum));
+                    }
+        CHECK(wrong == 0);
+    }
 }
 
 TEST_CASE("dense, max-pool, global-average-pool and batch-norm forward match their formulas", "[examples][nn]") {
