@@ -314,8 +314,10 @@ void automatic_picks(const world& w, const settings& s, ar::group<C>& g, std::FI
     std::fprintf(notes, "automatic's constants: alpha %.3g s, beta %.3g s/B, gamma %.3g s/B", k.alpha_s, k.beta_s_per_byte,
                  k.gamma_s_per_byte);
     if (k.has_native()) std::fprintf(notes, ", native %.3g s + %.3g s/B", k.native_alpha_s, k.native_beta_s_per_byte);
-    std::fprintf(notes, "\nautomatic picks:");
-    for (std::size_t b : sizes(s)) std::fprintf(notes, " %zu B %s;", b, std::string(ar::automatic{}.choose(w.size, b, k)).c_str());
+    const auto profile = ar::automatic::measured_profile(g.state());
+    std::fprintf(notes, "\nautomatic picks (model and measured profile):");
+    for (std::size_t b : sizes(s))
+        std::fprintf(notes, " %zu B %s;", b, std::string(ar::automatic{}.choose(w.size, b, k, profile.get())).c_str());
     std::fprintf(notes, "\n");
 }
 

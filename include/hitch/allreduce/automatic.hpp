@@ -4,13 +4,21 @@
 // Candidates: recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, and the communicator's own
 // all-reduce (native) where it has one and hitch/allreduce/native.hpp is included.
 //
-// The constants are measured once per group by the first call that needs them (a few milliseconds: a ping-pong
-// for alpha, a 1 MiB exchange for beta, a 1 MiB combine for gamma, two native all-reduces where available), taken
-// as the maximum over ranks so every rank predicts the same and picks the same schedule, and cached in the group.
-// group::set_constants() (or options::constants) overrides them; every rank must then use the same values.
+// The constants are measured once per group by the first call that needs them: a ping-pong for alpha, a 1 MiB
+// exchange for beta, a 1 MiB combine for gamma, two native all-reduces where available. A transport has costs the
+// three constants cannot express (MPI switches to a rendezvous protocol above some message size; pipelined
+// segments overlap their latencies), so the same first call also times every candidate at six probe sizes
+// (4 KiB to 4 MiB) and keeps, per candidate, the ratio of measured to modelled time; a prediction is the model
+// times that ratio, interpolated in log(n) between probes and held beyond them. Every rank adopts the maximum
+// over ranks of every measurement, so all predict the same and pick the same schedule. group::set_constants() or
+// options::constants replaces the measurements with the user's constants and the pure model (the same on every
+// rank).
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cmath>
+#include <memory>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -55,6 +63,15 @@ struct native_for {
 };
 
 }  // namespace detail
+
+/// Measured times of the candidates at the probe sizes: how far each schedule's model is off on this
+/// communicator. The same on every rank.
+struct automatic_profile {
+    static constexpr int probes = 6;      // 4 KiB, 16 KiB, ... 4 MiB
+    static constexpr int candidates = 6;  // recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, native
+    std::array<double, probes> bytes{};
+    std::array<std::array<double, probes>, candidates> seconds{};  // 0: not measured (native unavailable)
+};
 
 class automatic {
 public:
@@ -107,12 +124,17 @@ public:
     }
 
     /// The name of the schedule the model picks for p ranks and n bytes (the first of equally cheap ones, in the
-    /// order recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, native).
-    [[nodiscard]] std::string_view choose(int p, std::size_t n_bytes, const cost_constants& k) const {
+    /// order recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, native); with a profile,
+    /// each model is first scaled by its measured ratio.
+    [[nodiscard]] std::string_view choose(int p, std::size_t n_bytes, const cost_constants& k,
+                                          const automatic_profile* profile = nullptr) const {
         std::string_view best = recursive_doubling::name;
         double best_s = -1;
+        int index = 0;
         visit_candidates(k, [&](std::string_view nm, const auto& s) {
-            const double c = s.cost(p, n_bytes, k).seconds(k);
+            double c = s.cost(p, n_bytes, k).seconds(k);
+            if (profile != nullptr) c *= measured_ratio(*profile, index, p, n_bytes, k, s);
+            ++index;
             if (best_s < 0 || c < best_s) {
                 best = nm;
                 best_s = c;
@@ -125,7 +147,8 @@ public:
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
         if (t.size() <= 1) return;
         const cost_constants k = constants_for(t);
-        const std::string_view pick = choose(t.size(), data.size_bytes(), k);
+        const std::shared_ptr<automatic_profile> profile = profile_for(t);
+        const std::string_view pick = choose(t.size(), data.size_bytes(), k, profile.get());
         if (pick == ring::name) return ring_.run(t, data, op);
         if (pick == recursive_doubling::name) return recursive_doubling_.run(t, data, op);
         if (pick == rabenseifner::name) return rabenseifner_.run(t, data, op);
@@ -151,9 +174,74 @@ public:
             if (t.state().constants) return *t.state().constants;
         }
         const cost_constants k = calibrate(t);
+        const auto prof = std::make_shared<automatic_profile>(measure_profile(t));
         std::lock_guard lock(t.state().m);
-        if (!t.state().constants) t.state().constants = k;
+        if (!t.state().constants) {
+            t.state().constants = k;
+            t.state().cache.insert_or_assign(std::string(profile_key), prof);
+        }
         return *t.state().constants;
+    }
+
+    /// The measured profile of this communicator, or null when the constants come from the user. Measured with
+    /// the constants, by the first call that needs them.
+    template <communicator C>
+    [[nodiscard]] std::shared_ptr<automatic_profile> profile_for(transport<C>& t) const {
+        if (options_.constants) return nullptr;
+        return measured_profile(t.state());
+    }
+
+    /// The profile measured on a communicator (group::state()), or null before the first automatic call or
+    /// after group::set_constants().
+    template <communicator C>
+    [[nodiscard]] static std::shared_ptr<automatic_profile> measured_profile(shared_state<C>& state) {
+        std::lock_guard lock(state.m);
+        auto it = state.cache.find(profile_key);
+        if (it == state.cache.end()) return nullptr;
+        return std::static_pointer_cast<automatic_profile>(it->second);
+    }
+
+    /// Where the profile is kept in a group's shared state (group::set_constants() drops it).
+    static constexpr std::string_view profile_key = "automatic/profile";
+
+    /// Times every candidate at the probe sizes (collective); the result is the same on every rank.
+    template <communicator C>
+    [[nodiscard]] automatic_profile measure_profile(transport<C>& t) const {
+        using clock = std::chrono::steady_clock;
+        automatic_profile prof;
+        const std::size_t largest = std::size_t{4096} << (2 * (automatic_profile::probes - 1));
+        std::span<float> data = t.template scratch<float>(largest / sizeof(float));
+        std::fill(data.begin(), data.end(), 1e-30f);
+        for (int i = 0; i < automatic_profile::probes; ++i) {
+            const std::size_t bytes = std::size_t{4096} << (2 * i);
+            prof.bytes[static_cast<std::size_t>(i)] = static_cast<double>(bytes);
+            const std::span<float> probe = data.subspan(0, bytes / sizeof(float));
+            const int repeats = bytes >= (std::size_t{1} << 20) ? 2 : 3;
+            for (int rep = 0; rep < repeats; ++rep) {  // interleaved, best of the repeats
+                int c = 0;
+                const auto time = [&](auto&& run_once) {
+                    const auto start = clock::now();
+                    run_once();
+                    const double s = std::chrono::duration<double>(clock::now() - start).count();
+                    double& slot = prof.seconds[static_cast<std::size_t>(c)][static_cast<std::size_t>(i)];
+                    slot = rep == 0 ? s : std::min(slot, s);
+                    ++c;
+                };
+                time([&] { recursive_doubling_.run(t, probe, reduce_op::sum); });
+                time([&] { ring_.run(t, probe, reduce_op::sum); });
+                time([&] { rabenseifner_.run(t, probe, reduce_op::sum); });
+                time([&] { binary_tree_.run(t, probe, reduce_op::sum); });
+                time([&] { double_binary_tree_.run(t, probe, reduce_op::sum); });
+                if constexpr (has_native_allreduce<C>::value)
+                    time([&] { typename detail::native_for<C>::type{}.run(t, probe, reduce_op::sum); });
+            }
+        }
+        const std::vector<automatic_profile> all = comm::allgather_value(t.comm(), prof);
+        for (const automatic_profile& o : all)
+            for (std::size_t c = 0; c < prof.seconds.size(); ++c)
+                for (std::size_t i = 0; i < prof.bytes.size(); ++i)
+                    prof.seconds[c][i] = std::max(prof.seconds[c][i], o.seconds[c][i]);
+        return prof;
     }
 
     /// Measures the constants (collective over t's communicator); the result is the same on every rank.
@@ -241,6 +329,26 @@ public:
     }
 
 private:
+    /// Measured over modelled time for candidate `c` at n bytes: interpolated in log(n) between the two probes
+    /// around n, held constant beyond the first and last probe. 1 when the candidate was not measured.
+    template <class S>
+    static double measured_ratio(const automatic_profile& prof, int c, int p, std::size_t n, const cost_constants& k,
+                                 const S& s) {
+        const auto& times = prof.seconds[static_cast<std::size_t>(c)];
+        const auto ratio_at = [&](std::size_t i) {
+            const double model = s.cost(p, static_cast<std::size_t>(prof.bytes[i]), k).seconds(k);
+            return model > 0 && times[i] > 0 ? times[i] / model : 1.0;
+        };
+        const double x = static_cast<double>(std::max<std::size_t>(n, 1));
+        const std::size_t last = prof.bytes.size() - 1;
+        if (x <= prof.bytes[0]) return ratio_at(0);
+        if (x >= prof.bytes[last]) return ratio_at(last);
+        std::size_t i = 0;
+        while (prof.bytes[i + 1] < x) ++i;
+        const double w = std::log(x / prof.bytes[i]) / std::log(prof.bytes[i + 1] / prof.bytes[i]);
+        return std::exp((1 - w) * std::log(ratio_at(i)) + w * std::log(ratio_at(i + 1)));
+    }
+
     template <class F>
     void visit_candidates(const cost_constants& k, F&& f) const {
         f(recursive_doubling::name, recursive_doubling_);

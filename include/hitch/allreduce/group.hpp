@@ -274,6 +274,7 @@ public:
         k.validate();
         std::lock_guard lock(state_.m);
         state_.constants = k;
+        state_.cache.erase("automatic/profile");  // the user's constants and the pure model, not measurements
     }
 
     /// Scratch memory held by the group (for tests and diagnostics).
