@@ -21,6 +21,7 @@ TEST_CASE("step metrics are one JSON object per line with every field", "[train]
     m.bytes_sent = 1 << 20;
     m.comm_ms = 1.5;
     m.compute_ms = 7.25;
+    m.elapsed_s = 3.5;
     std::ostringstream out;
     hitch::train::metrics_writer w(out);
     w.write(m);
@@ -41,7 +42,8 @@ TEST_CASE("step metrics are one JSON object per line with every field", "[train]
     CHECK(j["bytes_sent"] == (1 << 20));
     CHECK(j["comm_ms"] == 1.5);
     CHECK(j["compute_ms"] == 7.25);
-    CHECK(j.size() == 11);
+    CHECK(j["elapsed_s"] == 3.5);
+    CHECK(j.size() == 12);
     std::getline(lines, line);
     CHECK(nlohmann::json::parse(line)["loss"].is_null());  // NaN is written as null, keeping the line valid JSON
 }

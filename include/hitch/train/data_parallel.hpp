@@ -252,6 +252,7 @@ public:
     step_metrics step(std::optional<double> loss) override {
         const auto start = std::chrono::steady_clock::now();
         compute_ms_ = ms(last_step_end_, start);
+        if (step_ == 0 || !first_step_) first_step_ = last_step_end_;
         lr_ = options_.learning_rate(step_, options_.steps_per_epoch);
         bytes_sent_ = 0;
         comm_ns_.store(0);
@@ -281,6 +282,7 @@ public:
         m.bytes_sent = bytes_sent_;
         m.comm_ms = static_cast<double>(comm_ns_.load()) * 1e-6;
         m.compute_ms = compute_ms_;
+        m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *first_step_).count();
         if (options_.metrics != nullptr) metrics_writer(*options_.metrics).write(m);
         staleness_ = result.staleness;
         last_step_end_ = std::chrono::steady_clock::now();
@@ -868,6 +870,7 @@ private:
     std::atomic<std::uint64_t> bytes_sent_{0};
     std::atomic<std::uint64_t> comm_ns_{0};
     std::chrono::steady_clock::time_point last_step_end_;
+    std::optional<std::chrono::steady_clock::time_point> first_step_;
 };
 
 }  // namespace train::detail

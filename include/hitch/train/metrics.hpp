@@ -1,7 +1,7 @@
 #pragma once
 // Per-step metrics as JSON lines, one object per step and rank:
 //   {"step":12,"epoch":0,"rank":1,"loss":0.41,"accuracy":null,"lr":0.1,"loss_scale":65536,"skipped":false,
-//    "bytes_sent":1048576,"comm_ms":3.2,"compute_ms":11.9}
+//    "bytes_sent":1048576,"comm_ms":3.2,"compute_ms":11.9,"elapsed_s":4.5}
 // data_parallel fills what it knows (step, rank, lr, loss scale, skipped, bytes, times); the training loop adds
 // loss, accuracy and epoch. The library writes only to streams the caller hands it.
 
@@ -28,6 +28,8 @@ struct step_metrics {
     std::uint64_t bytes_sent = 0;
     double comm_ms = 0.0;
     double compute_ms = 0.0;
+    /// Seconds since the first step began (for curves against time).
+    double elapsed_s = 0.0;
 
     /// The record as one line of JSON (no trailing newline). Non-finite numbers are written as null.
     [[nodiscard]] std::string to_json() const {
@@ -50,6 +52,8 @@ struct step_metrics {
         number("comm_ms", comm_ms);
         s << ',';
         number("compute_ms", compute_ms);
+        s << ',';
+        number("elapsed_s", elapsed_s);
         s << '}';
         return s.str();
     }

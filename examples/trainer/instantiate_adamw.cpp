@@ -1,0 +1,5 @@
+#include "instantiate.hpp"
+
+namespace hitch_examples {
+HITCH_EXAMPLE_TRAIN_WITH_OPTIMIZER(hitch::optim::adamw)
+}  // namespace hitch_examples

@@ -1,0 +1,152 @@
+#pragma once
+// Names on the command line -> hitch types, and the options each type takes from train_config. One list per
+// template argument of hitch::data_parallel; the training loop is instantiated for every combination the lists
+// allow (local SGD exchanges no gradients, so it pairs only with compressor "none").
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hitch/compress/bf16.hpp"
+#include "hitch/compress/dgc.hpp"
+#include "hitch/compress/error_feedback.hpp"
+#include "hitch/compress/fp16.hpp"
+#include "hitch/compress/none.hpp"
+#include "hitch/compress/onebit.hpp"
+#include "hitch/compress/powersgd.hpp"
+#include "hitch/compress/qsgd.hpp"
+#include "hitch/compress/randomk.hpp"
+#include "hitch/compress/terngrad.hpp"
+#include "hitch/compress/threshold.hpp"
+#include "hitch/compress/topk.hpp"
+#include "hitch/optim/adam.hpp"
+#include "hitch/optim/adamw.hpp"
+#include "hitch/optim/lamb.hpp"
+#include "hitch/optim/lars.hpp"
+#include "hitch/optim/momentum.hpp"
+#include "hitch/optim/sgd.hpp"
+#include "hitch/sync/hard.hpp"
+#include "hitch/sync/local_sgd.hpp"
+#include "train.hpp"
+
+namespace hitch_examples {
+
+template <class T>
+struct tag {
+    using type = T;
+};
+
+/// Throws std::invalid_argument: "--flag: 'x' is not one of a, b, c".
+[[noreturn]] inline void unknown_name(std::string_view flag, std::string_view name, const std::vector<std::string>& valid) {
+    std::string list;
+    for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
+    throw std::invalid_argument(std::string(flag) + ": '" + std::string(name) + "' is not one of " + list);
+}
+
+// ---- optimizers -------------------------------------------------------------------------------------------------
+
+/// Calls f(tag<O>{}) for the optimizer `name` names ("momentum" and "nesterov" share a type).
+template <class F>
+decltype(auto) with_optimizer(std::string_view name, F&& f) {
+    namespace o = hitch::optim;
+    if (name == "sgd") return f(tag<o::sgd>{});
+    if (name == "momentum" || name == "nesterov") return f(tag<o::momentum>{});
+    if (name == "adam") return f(tag<o::adam>{});
+    if (name == "adamw") return f(tag<o::adamw>{});
+    if (name == "lars") return f(tag<o::lars<o::momentum>>{});
+    if (name == "lamb") return f(tag<o::lamb>{});
+    unknown_name("--optimizer", name, optimizer_names());
+}
+
+template <class O>
+typename O::options_type optimizer_options(const train_config& c) {
+    namespace o = hitch::optim;
+    typename O::options_type opts{};
+    const auto wd = static_cast<float>(c.weight_decay);
+    if constexpr (std::is_same_v<O, o::sgd>) {
+        opts.weight_decay = wd;
+    } else if constexpr (std::is_same_v<O, o::momentum>) {
+        opts.momentum = static_cast<float>(c.momentum);
+        opts.nesterov = c.optimizer == "nesterov";
+        opts.weight_decay = wd;
+    } else if constexpr (std::is_same_v<O, o::lars<o::momentum>>) {
+        opts.base.momentum = static_cast<float>(c.momentum);
+        opts.trust_coefficient = static_cast<float>(c.lars_eta);
+        opts.weight_decay = wd;
+    } else {  // adam, adamw, lamb
+        opts.weight_decay = wd;
+    }
+    return opts;
+}
+
+// ---- compressors ------------------------------------------------------------------------------------------------
+
+/// Calls f(tag<X>{}) for the codec `name` names; biased codecs come wrapped in error feedback, as their papers use
+/// them.
+template <class F>
+decltype(auto) with_compressor(std::string_view name, F&& f) {
+    namespace x = hitch::compress;
+    if (name == "none") return f(tag<x::none>{});
+    if (name == "fp16") return f(tag<x::fp16>{});
+    if (name == "bf16") return f(tag<x::bf16>{});
+    if (name == "onebit") return f(tag<x::error_feedback<x::onebit>>{});
+    if (name == "threshold") return f(tag<x::error_feedback<x::threshold>>{});
+    if (name == "topk") return f(tag<x::error_feedback<x::topk>>{});
+    if (name == "dgc") return f(tag<x::dgc>{});
+    if (name == "randomk") return f(tag<x::randomk>{});
+    if (name == "qsgd") return f(tag<x::qsgd>{});
+    if (name == "terngrad") return f(tag<x::terngrad>{});
+    if (name == "powersgd") return f(tag<x::powersgd>{});
+    unknown_name("--compressor", name, compressor_names());
+}
+
+template <class X>
+X make_compressor(const train_config& c) {
+    namespace x = hitch::compress;
+    if constexpr (std::is_same_v<X, x::error_feedback<x::threshold>>) {
+        x::threshold_options t;
+        t.tau = static_cast<float>(c.threshold_tau);
+        return X(x::threshold(t));
+    } else if constexpr (std::is_same_v<X, x::error_feedback<x::topk>>) {
+        x::topk_options t;
+        t.density = c.density;
+        return X(x::topk(t));
+    } else if constexpr (std::is_same_v<X, x::dgc>) {
+        x::dgc_options d;
+        d.final_density = c.density;
+        return X(d);
+    } else if constexpr (std::is_same_v<X, x::randomk>) {
+        x::randomk_options r;
+        r.density = c.density;
+        return X(r);
+    } else if constexpr (std::is_same_v<X, x::qsgd>) {
+        x::qsgd_options q;
+        q.levels = c.qsgd_levels;
+        return X(q);
+    } else if constexpr (std::is_same_v<X, x::powersgd>) {
+        x::powersgd_options p;
+        p.rank = c.powersgd_rank;
+        return X(p);
+    } else {
+        return X{};
+    }
+}
+
+// ---- sync policies ----------------------------------------------------------------------------------------------
+
+template <class F>
+decltype(auto) with_sync(std::string_view name, F&& f) {
+    if (name == "hard") return f(tag<hitch::sync::hard>{});
+    if (name == "local_sgd") return f(tag<hitch::sync::local_sgd>{});
+    unknown_name("--sync", name, sync_names());
+}
+
+template <class P>
+typename P::options_type sync_options(const train_config& c) {
+    typename P::options_type o{};
+    if constexpr (std::is_same_v<P, hitch::sync::local_sgd>) o.period = c.local_sgd_period;
+    return o;
+}
+
+}  // namespace hitch_examples

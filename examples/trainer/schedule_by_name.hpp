@@ -1,0 +1,82 @@
+#pragma once
+// An all-reduce schedule chosen by name at run time. It models hitch::allreduce_schedule by forwarding to the
+// schedule it holds, so the trainers instantiate data_parallel once per (optimizer, compressor, sync policy) and
+// still let --allreduce pick any of hitch's schedules. A schedule of your own plugs in the same way. `native` (MPI's
+// own MPI_Allreduce) exists only on comm::mpi; on other communicators it is refused when the run starts.
+
+#include <algorithm>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "hitch/allreduce/allreduce.hpp"
+#include "hitch/allreduce/native.hpp"
+
+namespace hitch_examples {
+
+class schedule_by_name {
+public:
+    struct options {
+        std::string schedule = "automatic";
+        void validate() const {
+            const auto names = schedule_by_name::names();
+            if (std::find(names.begin(), names.end(), schedule) == names.end()) {
+                std::string list;
+                for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+                hitch::option_validator("--allreduce").fail("schedule", schedule, "one of: " + list);
+            }
+        }
+    };
+    static constexpr std::string_view name = "by_name";
+
+    schedule_by_name() = default;
+    explicit schedule_by_name(const options& o) {
+        o.validate();
+        namespace ar = hitch::allreduce;
+        const std::string& s = o.schedule;
+        if (s == "ring") held_ = ar::ring{};
+        else if (s == "recursive_doubling") held_ = ar::recursive_doubling{};
+        else if (s == "rabenseifner") held_ = ar::rabenseifner{};
+        else if (s == "binary_tree") held_ = ar::binary_tree{};
+        else if (s == "double_binary_tree") held_ = ar::double_binary_tree{};
+        else if (s == "hierarchical") held_ = ar::hierarchical<>{};
+        else if (s == "parameter_server") held_ = ar::parameter_server{};
+        else if (s == "native") held_ = ar::native{};
+        else held_ = ar::automatic{};
+    }
+
+    /// Every name --allreduce accepts.
+    [[nodiscard]] static std::vector<std::string> names() {
+        return {"automatic", "ring", "recursive_doubling", "rabenseifner", "binary_tree", "double_binary_tree",
+                "hierarchical", "parameter_server", "native"};
+    }
+    [[nodiscard]] std::string_view chosen() const {
+        return std::visit([](const auto& s) { return std::string_view(std::decay_t<decltype(s)>::name); }, held_);
+    }
+
+    [[nodiscard]] hitch::allreduce::cost_estimate cost(int p, std::size_t n_bytes,
+                                                       const hitch::allreduce::cost_constants& k) const {
+        return std::visit([&](const auto& s) { return s.cost(p, n_bytes, k); }, held_);
+    }
+    template <class C, class T>
+    void run(hitch::allreduce::transport<C>& t, std::span<T> data, hitch::allreduce::reduce_op op) const {
+        std::visit(
+            [&](const auto& s) {
+                if constexpr (requires { s.run(t, data, op); }) s.run(t, data, op);
+                else throw std::invalid_argument("--allreduce native is MPI's own all-reduce: it needs MPI ranks, "
+                                                 "not --threads");
+            },
+            held_);
+    }
+
+private:
+    std::variant<hitch::allreduce::automatic, hitch::allreduce::ring, hitch::allreduce::recursive_doubling,
+                 hitch::allreduce::rabenseifner, hitch::allreduce::binary_tree, hitch::allreduce::double_binary_tree,
+                 hitch::allreduce::hierarchical<>, hitch::allreduce::parameter_server, hitch::allreduce::native>
+        held_;
+};
+
+}  // namespace hitch_examples

@@ -1,0 +1,90 @@
+#pragma once
+// The example trainers' shared part: the configuration the command line fills, the data and model a trainer
+// hands over, and the training loop, instantiated at compile time for each (optimizer, compressor, sync policy,
+// communicator) combination and chosen by name at run time. hitch-mnist and hitch-cifar differ only in their data
+// and models.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/dataset.hpp"
+#include "nn/model.hpp"
+
+namespace hitch_examples {
+
+/// Everything the command line sets (see add_options in cli.hpp for the flags and their meaning).
+struct train_config {
+    std::string example = "mnist";
+    std::string model = "mlp";
+    std::string optimizer = "momentum";
+    std::string compressor = "none";
+    std::string sync = "hard";
+    std::string allreduce = "automatic";
+    std::string lr_schedule = "cosine";
+    std::size_t batch_size = 128;  // global: split evenly over the ranks
+    std::size_t epochs = 10;
+    double lr = 0.1;               // for the global batch
+    double warmup_epochs = 0.0;
+    double momentum = 0.9;
+    double weight_decay = 5e-4;
+    double lars_eta = 0.001;
+    std::uint64_t seed = 1;
+    // compressors and sync policies
+    double density = 0.01;
+    double threshold_tau = 0.01;
+    unsigned qsgd_levels = 7;
+    std::size_t powersgd_rank = 2;
+    std::uint64_t local_sgd_period = 8;
+    double bucket_mib = 25.0;
+    // files
+    std::string checkpoint;
+    std::string resume;
+    std::string metrics;
+    std::string timeline;
+    std::string plot;
+    std::string data;
+    // execution
+    int threads = 0;  // ranks as threads (comm::local); 0: MPI ranks
+    int blas_threads = 1;
+    bool synthetic = false;
+    std::size_t synthetic_samples = 8192;
+    bool progress_bar = true;
+    std::size_t max_steps = 0;  // stop after this many steps (0: run every epoch)
+};
+
+/// What a run reports; the trainer prints it as its last line.
+struct train_result {
+    double test_accuracy = 0.0;
+    double train_seconds = 0.0;
+    double samples_per_s = 0.0;
+    std::size_t epochs_run = 0;
+};
+
+/// The data and model a trainer trains.
+struct task {
+    const data::dataset* train = nullptr;
+    const data::dataset* test = nullptr;
+    data::normalization norm;
+    /// Builds the model for a per-rank batch of `max_batch` from `seed` (identical on every rank).
+    std::function<nn::model<float>(std::size_t max_batch, std::uint64_t seed)> build;
+};
+
+/// The training loop for one combination (defined in train_impl.hpp, instantiated in instantiate_*.cpp).
+template <class Optimizer, class Compressor, class SyncPolicy, class Communicator>
+train_result train_with(Communicator& comm, const train_config& config, const task& t);
+
+/// Runs the combination `config` names on `comm` (hitch::comm::local or hitch::comm::mpi). Throws
+/// std::invalid_argument listing the valid names when one is unknown.
+template <class Communicator>
+train_result train(Communicator& comm, const train_config& config, const task& t);
+
+/// The names each flag accepts.
+std::vector<std::string> optimizer_names();
+std::vector<std::string> compressor_names();
+std::vector<std::string> sync_names();
+std::vector<std::string> lr_schedule_names();
+
+}  // namespace hitch_examples

@@ -1,0 +1,264 @@
+#pragma once
+// The training loop, once per (optimizer, compressor, sync policy, communicator): this is where an existing model
+// meets hitch::data_parallel. Included only by the instantiate_*.cpp files.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data/sampler.hpp"
+#include "hitch/allreduce/allreduce.hpp"
+#include "hitch/comm/agree.hpp"
+#include "hitch/device/cpu.hpp"
+#include "hitch/optim/lr.hpp"
+#include "hitch/train/data_parallel.hpp"
+#include "hitch/train/metrics.hpp"
+#include "hitch/train/timeline.hpp"
+#include "nn/loss.hpp"
+#include "progress.hpp"
+#include "registry.hpp"
+#include "schedule_by_name.hpp"
+#include "train.hpp"
+
+namespace hitch_examples {
+
+namespace detail {
+
+/// The learning-rate schedule --lr-schedule names, behind hitch::lr::warmup when --warmup-epochs > 0 (Goyal et al.
+/// 2017: linear from lr / 10 to the schedule's value at the end of the warm-up).
+inline std::function<double(std::uint64_t, std::uint64_t)> make_lr_schedule(const train_config& c) {
+    namespace lr = hitch::lr;
+    const double epochs = static_cast<double>(c.epochs);
+    std::function<double(std::uint64_t, std::uint64_t)> base;
+    if (c.lr_schedule == "constant") {
+        base = lr::constant({c.lr});
+    } else if (c.lr_schedule == "step") {
+        lr::step_decay::options_type o;
+        o.base = c.lr;
+        o.step_epochs = std::max(1.0, epochs / 3.0);
+        o.gamma = 0.1;
+        base = lr::step_decay(o);
+    } else if (c.lr_schedule == "multistep") {
+        lr::multi_step::options_type o;
+        o.base = c.lr;
+        o.milestones = {epochs * 0.5, epochs * 0.75};
+        o.gamma = 0.1;
+        base = lr::multi_step(o);
+    } else if (c.lr_schedule == "cosine") {
+        lr::cosine::options_type o;
+        o.base = c.lr;
+        o.total_epochs = epochs;
+        base = lr::cosine(o);
+    } else if (c.lr_schedule == "polynomial") {
+        lr::polynomial::options_type o;
+        o.base = c.lr;
+        o.total_epochs = epochs;
+        o.power = 2.0;
+        base = lr::polynomial(o);
+    } else if (c.lr_schedule == "onecycle") {
+        lr::one_cycle::options_type o;
+        o.max_lr = c.lr;
+        o.total_epochs = epochs;
+        base = lr::one_cycle(o);
+    } else if (c.lr_schedule == "cyclical") {
+        lr::cyclical::options_type o;
+        o.base_lr = c.lr / 10.0;
+        o.max_lr = c.lr;
+        o.half_cycle_epochs = std::max(0.5, epochs / 4.0);
+        base = lr::cyclical(o);
+    } else {
+        unknown_name("--lr-schedule", c.lr_schedule, lr_schedule_names());
+    }
+    if (c.warmup_epochs <= 0.0) return base;
+    lr::warmup_options w;
+    w.epochs = c.warmup_epochs;
+    w.start_lr = c.lr / 10.0;
+    return lr::warmup<std::function<double(std::uint64_t, std::uint64_t)>>(base, w);
+}
+
+/// "<file>" for rank 0, "<file>.rank<r>" for the others (each rank writes its own).
+inline std::string per_rank(const std::string& file, int rank) {
+    return rank == 0 ? file : file + ".rank" + std::to_string(rank);
+}
+
+inline std::vector<std::byte> as_bytes_vector(const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    return {b, b + n};
+}
+
+}  // namespace detail
+
+template <class O, class X, class P, class C>
+train_result train_with(C& comm, const train_config& config, const task& t) {
+    using dp_t = hitch::data_parallel<O, X, P, schedule_by_name>;
+    const int p = comm.size();
+    const int rank = comm.rank();
+    if (config.batch_size % static_cast<std::size_t>(p) != 0)
+        throw std::invalid_argument("--batch-size " + std::to_string(config.batch_size) + " does not split evenly over " +
+                                    std::to_string(p) + " ranks");
+    const std::size_t local_batch = config.batch_size / static_cast<std::size_t>(p);
+    const data::dataset& train_set = *t.train;
+    const data::dataset& test_set = *t.test;
+
+    nn::model<float> model = t.build(local_batch, config.seed);
+    nn::softmax_cross_entropy<float> loss(local_batch, model.output_shape().size());
+    data::batch_loader<float> loader(train_set, t.norm, local_batch);
+    data::sharded_sampler sampler(train_set.size(), rank, p, config.seed);
+    const std::size_t steps_per_epoch = sampler.batches_per_epoch(local_batch);
+
+    std::vector<hitch::optim::layer> layers;
+    for (const auto& prm : model.parameters())
+        layers.push_back({prm.name, hitch::tensor_view<float>(prm.value.data(), prm.value.size()),
+                          hitch::tensor_view<float>(prm.gradient.data(), prm.gradient.size()),
+                          prm.is_bias_or_norm ? hitch::optim::layer_flags::bias_or_norm() : hitch::optim::layer_flags{},
+                          prm.rows});
+
+    hitch::train::timeline timeline(rank, !config.timeline.empty());
+    typename dp_t::options o;
+    o.optimizer = optimizer_options<O>(config);
+    o.compressor = make_compressor<X>(config);
+    o.sync = sync_options<P>(config);
+    o.schedule = schedule_by_name({config.allreduce});
+    o.learning_rate = detail::make_lr_schedule(config);
+    o.steps_per_epoch = steps_per_epoch;
+    o.bucket_bytes = static_cast<std::size_t>(config.bucket_mib * 1024.0 * 1024.0);
+    o.timeline = config.timeline.empty() ? nullptr : &timeline;
+    hitch::cpu device;
+    dp_t dp(comm, device, layers, o);
+
+    // Batch-norm running statistics are local to each rank; they are averaged before every evaluation and
+    // checkpoint, as DDP broadcasts buffers.
+    hitch::allreduce::group buffers_group(comm);
+    const auto sync_buffers = [&] {
+        for (const auto& b : model.buffers())
+            hitch::allreduce::allreduce(buffers_group, hitch::tensor_view<float>(b.value.data(), b.value.size()),
+                                        hitch::allreduce::reduce_op::average);
+    };
+
+    std::size_t first_epoch = 0;
+    if (!config.resume.empty()) {
+        const auto reader = dp.load(config.resume);
+        const auto position = reader.section("data.position");
+        data::sharded_sampler::position where{};
+        if (position.size() != sizeof(where))
+            throw std::runtime_error("--resume: the checkpoint's data position has the wrong size");
+        std::memcpy(&where, position.data(), sizeof(where));
+        sampler.seek(where);
+        for (const auto& b : model.buffers()) {
+            const auto bytes = reader.section("model." + b.name);
+            if (bytes.size() != b.value.size_bytes())
+                throw std::runtime_error("--resume: buffer " + b.name + " has the wrong size in the checkpoint");
+            std::memcpy(b.value.data(), bytes.data(), bytes.size());
+        }
+        first_epoch = where.epoch;
+    }
+
+    std::ofstream metrics_file;
+    if (!config.metrics.empty()) {
+        metrics_file.open(detail::per_rank(config.metrics, rank), first_epoch > 0 ? std::ios::app : std::ios::trunc);
+        if (!metrics_file) throw std::runtime_error("--metrics: cannot write " + detail::per_rank(config.metrics, rank));
+    }
+    hitch::train::metrics_writer metrics(metrics_file);
+    progress bar(rank == 0, config.progress_bar, config.epochs, steps_per_epoch);
+    bar.set_first_epoch(first_epoch);
+
+    // Each rank evaluates a contiguous share of the test set; the counts are summed.
+    const auto evaluate = [&]() -> double {
+        sync_buffers();
+        const std::size_t n = test_set.size();
+        const std::size_t begin = n * static_cast<std::size_t>(rank) / static_cast<std::size_t>(p);
+        const std::size_t end = n * static_cast<std::size_t>(rank + 1) / static_cast<std::size_t>(p);
+        data::batch_loader<float> eval_loader(test_set, t.norm, local_batch);
+        std::uint64_t correct = 0;
+        for (std::size_t first = begin; first < end; first += local_batch) {
+            const std::size_t count = std::min(local_batch, end - first);
+            eval_loader.load_range(first, count);
+            const auto logits = model.forward(eval_loader.images(), count, nn::mode::eval);
+            (void)loss.forward(logits, eval_loader.labels());
+            correct += loss.correct();
+        }
+        std::uint64_t total = 0;
+        for (std::uint64_t c : hitch::comm::allgather_value(comm, correct)) total += c;
+        return static_cast<double>(total) / static_cast<double>(n);
+    };
+
+    using clock = std::chrono::steady_clock;
+    double train_seconds = 0.0;
+    std::uint64_t samples = 0;
+    double test_accuracy = 0.0;
+    std::size_t steps_done = 0;
+    bool stop = false;
+    std::size_t epoch = first_epoch;
+    for (; epoch < config.epochs && !stop; ++epoch) {
+        const auto epoch_start = clock::now();
+        double loss_sum = 0.0;
+        std::size_t correct = 0, seen = 0, step_in_epoch = 0;
+        while (true) {
+            const auto indices = sampler.next(local_batch);
+            if (indices.empty()) break;
+            const auto step_start = clock::now();
+            std::optional<hitch::train::timeline::scoped_span> compute;
+            compute.emplace(timeline.enabled() ? &timeline : nullptr, "forward + backward", "compute");
+            loader.load(indices);
+            const auto logits = model.forward(loader.images(), loader.size(), nn::mode::train);
+            const double batch_loss = loss.forward(logits, loader.labels());
+            model.backward(loss.gradient(), [&](std::size_t i) { dp.gradient_ready(i); });
+            compute.reset();
+            hitch::train::step_metrics m = dp.step(batch_loss);
+            train_seconds += std::chrono::duration<double>(clock::now() - step_start).count();
+            samples += loader.size() * static_cast<std::uint64_t>(p);
+            loss_sum += batch_loss;
+            correct += loss.correct();
+            seen += loader.size();
+            ++steps_done;
+            const bool last = step_in_epoch + 1 == steps_per_epoch;
+            stop = config.max_steps != 0 && steps_done >= config.max_steps;
+            if (last || stop) {
+                test_accuracy = evaluate();
+                m.accuracy = test_accuracy;
+            }
+            if (metrics_file.is_open()) metrics.write(m);
+            bar.step(epoch, step_in_epoch, loss_sum / static_cast<double>(step_in_epoch + 1),
+                     static_cast<double>(correct) / static_cast<double>(std::max<std::size_t>(seen, 1)),
+                     static_cast<double>(samples) / std::max(train_seconds, 1e-9));
+            ++step_in_epoch;
+            if (stop) break;
+        }
+        if (!stop) sampler.next_epoch();
+        bar.epoch(epoch, loss_sum / static_cast<double>(std::max<std::size_t>(step_in_epoch, 1)), test_accuracy,
+                  std::chrono::duration<double>(clock::now() - epoch_start).count());
+        if (!config.checkpoint.empty()) {
+            sync_buffers();
+            std::vector<std::pair<std::string, std::vector<std::byte>>> extra;
+            const auto where = sampler.tell();
+            extra.emplace_back("data.position", detail::as_bytes_vector(&where, sizeof(where)));
+            for (const auto& b : model.buffers())
+                extra.emplace_back("model." + b.name, detail::as_bytes_vector(b.value.data(), b.value.size_bytes()));
+            dp.save(config.checkpoint, extra);
+        }
+    }
+    if (!config.timeline.empty()) {
+        std::ofstream out(detail::per_rank(config.timeline, rank));
+        timeline.write(out);
+    }
+    train_result r;
+    r.test_accuracy = test_accuracy;
+    r.train_seconds = train_seconds;
+    r.samples_per_s = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0.0;
+    r.epochs_run = epoch - first_epoch;
+    // Every rank reports the slowest rank's time (the run is as fast as its slowest replica).
+    const auto times = hitch::comm::allgather_value(comm, r.train_seconds);
+    r.train_seconds = *std::max_element(times.begin(), times.end());
+    r.samples_per_s = r.train_seconds > 0 ? static_cast<double>(samples) / r.train_seconds : 0.0;
+    return r;
+}
+
+}  // namespace hitch_examples
