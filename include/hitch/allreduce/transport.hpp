@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -202,6 +203,19 @@ struct direct_descriptor {
 };
 inline constexpr std::uint64_t writable_flag = std::uint64_t{1} << 32;
 
+/// Busy-polls `ready()` for up to `budget` before the caller falls back to a wait that yields the core. When every
+/// rank has a core of its own the peer is running and answers within microseconds; yielding then would hand the
+/// core to another process for a whole time slice.
+template <class Ready>
+[[nodiscard]] bool spin_for(std::chrono::nanoseconds budget, Ready&& ready) {
+    if (budget.count() <= 0) return false;
+    const auto end = std::chrono::steady_clock::now() + budget;
+    for (int i = 0;; ++i) {
+        if (ready()) return true;
+        if ((i & 63) == 63 && std::chrono::steady_clock::now() >= end) return false;
+    }
+}
+
 [[nodiscard]] inline bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) noexcept {
     if (a_bytes == 0 || b_bytes == 0) return false;
     const auto x = reinterpret_cast<std::uintptr_t>(a);
@@ -238,6 +252,7 @@ public:
                 lease_ = std::move(o.lease_);
                 peer_ = o.peer_;
                 channel_ = o.channel_;
+                spin_ = o.spin_;
             }
             return *this;
         }
@@ -250,6 +265,7 @@ public:
             return true;
         }
         void wait(const deadline& limit) {
+            if (detail::spin_for(spin_, [&] { return test(); })) return;
             if (request_) request_->wait(limit);
             if (!lease_) return;
             if (poll_until(limit, [&] { return lease_->state.load(std::memory_order_acquire) == detail::direct_lease::consumed; }))
@@ -278,6 +294,7 @@ public:
         std::shared_ptr<detail::direct_lease> lease_;
         int peer_ = 0;
         int channel_ = 0;
+        std::chrono::nanoseconds spin_{0};
     };
 
     /// A receive in flight: once ready(), data() points at the peer's `size()` elements (in scratch, or in the
@@ -298,6 +315,7 @@ public:
                 data_ = o.data_;
                 into_ = o.into_;
                 writable_ = o.writable_;
+                spin_ = o.spin_;
                 count_ = o.count_;
                 peer_ = o.peer_;
                 rank_ = o.rank_;
@@ -316,7 +334,7 @@ public:
         }
         void wait(const deadline& limit) {
             if (state_ != waiting) return;
-            if (request_) request_->wait(limit);
+            if (request_ && !detail::spin_for(spin_, [&] { return request_->test(); })) request_->wait(limit);
             arrive();
         }
         [[nodiscard]] const T* data() const noexcept { return data_; }
@@ -404,6 +422,7 @@ public:
         const T* data_ = nullptr;
         T* into_ = nullptr;
         bool writable_ = false;
+        std::chrono::nanoseconds spin_{0};
         std::size_t count_ = 0;
         int peer_ = 0;
         int rank_ = 0;
@@ -419,7 +438,10 @@ public:
           tag_base_(call_tag_base(comm, sequence)),
           rank_(comm.rank()),
           size_(comm.size()),
-          direct_(direct && shares_address_space_v<C>) {}
+          direct_(direct && shares_address_space_v<C>),
+          spin_(shares_address_space_v<C> && size_ <= static_cast<int>(std::thread::hardware_concurrency())
+                    ? std::chrono::microseconds(50)
+                    : std::chrono::microseconds(0)) {}
     transport(const transport&) = delete;
     transport& operator=(const transport&) = delete;
 
@@ -460,6 +482,7 @@ private:
         outgoing op;
         op.peer_ = peer;
         op.channel_ = channel;
+        op.spin_ = spin_;
         const int tag = tag_of(channel);
         if (!direct_) {
             op.request_.emplace(comm_.isend(data, peer, tag));
@@ -607,6 +630,7 @@ private:
         op.count_ = count;
         op.peer_ = peer;
         op.rank_ = rank_;
+        op.spin_ = spin_;
         const int tag = tag_of(channel);
         if (!direct_) {
             op.data_ = buffer;
@@ -628,6 +652,7 @@ private:
     int rank_;
     int size_;
     bool direct_;
+    std::chrono::nanoseconds spin_;  // threads of one process, each with a core: poll before yielding
     bool agreed_ = false;
     std::vector<scratch_arena::lease> leases_;
 };
