@@ -2,7 +2,7 @@
 // its 161 parameter tensors, one bucket per tensor, with per-layer magnitudes like those of a training run), next
 // to a memory read pass over the same floats in the same run.
 //
-//   hitch-bench-compress [--json] [--repeats N] [--only name,name] [--no-check]
+//   hitch-bench-compress [--json] [--repeats N] [--only name,name] [--no-check] [--aggregate]
 //
 // encode_GBs and decode_GBs count 4 bytes per gradient element (the float bucket read, or rebuilt); bound_GBs is
 // the read pass (a sum over the floats), the faster of one thread and all of hitch's thread pool, since a codec
@@ -13,7 +13,9 @@
 //    "decode_GBs":...,"bound_GBs":...}
 // and the comparisons (encode / bound, sampled / exact top-k, selected k) go to stderr. Without --json a table
 // and the comparisons go to stdout. Every message is decoded and checked against the codec's bound unless
-// --no-check.
+// --no-check. --aggregate also times one data-parallel step's exchange of all 161 buckets between 2 ranks of
+// comm::local (threads sharing memory, so communication runs at memory speed) with several codecs, as comment
+// lines: the case where compression cannot pay.
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "hitch/allreduce/allreduce.hpp"
+#include "hitch/comm/local.hpp"
+#include "hitch/compress/aggregate.hpp"
 #include "hitch/compress/bf16.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/dgc.hpp"
@@ -251,16 +256,44 @@ std::string check_finite(const std::vector<float>& out, const char* what) {
     return "";
 }
 
+/// One data-parallel step: every bucket of the model aggregated over `ranks` threads of comm::local with `codec`;
+/// returns the median seconds per step (rank 0's clock) over `steps` steps after one warm-up step.
+template <class Codec>
+double time_exchange(const Codec& codec, const bench_data& d, int ranks, int steps) {
+    const auto per_rank = hitch::comm::run_local(ranks, [&](hitch::comm::local& comm) {
+        hitch::allreduce::group g(comm);
+        std::vector<hc::aggregation_state<Codec>> states;
+        std::vector<std::vector<float>> buckets;
+        for (std::size_t k = 0; k < d.layers.size(); ++k) {
+            states.push_back(hc::make_aggregation_state(codec, d.layers[k].size()));
+            buckets.emplace_back(d.g.begin() + static_cast<std::ptrdiff_t>(d.offsets[k]),
+                                 d.g.begin() + static_cast<std::ptrdiff_t>(d.offsets[k] + d.layers[k].size()));
+        }
+        std::vector<double> times;
+        for (int s = 0; s <= steps; ++s) {
+            g.comm().barrier();
+            const auto t0 = clock_type::now();
+            for (std::size_t k = 0; k < buckets.size(); ++k)
+                hc::aggregate(g, codec, states[k], hitch::tensor_view<float>(buckets[k]));
+            g.comm().barrier();
+            if (s > 0) times.push_back(seconds_since(t0));
+        }
+        return median(times);
+    });
+    return per_rank[0];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool json = false, verify = true;
+    bool json = false, verify = true, aggregate = false;
     int repeats = 5;
     std::vector<std::string> only;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--json") json = true;
         else if (a == "--no-check") verify = false;
+        else if (a == "--aggregate") aggregate = true;
         else if (a == "--repeats" && i + 1 < argc) repeats = std::max(1, std::atoi(argv[++i]));
         else if (a == "--only" && i + 1 < argc) {
             std::string list = argv[++i];
@@ -270,7 +303,7 @@ int main(int argc, char** argv) {
                 p = q + 1;
             }
         } else {
-            std::fprintf(stderr, "usage: hitch-bench-compress [--json] [--repeats N] [--only a,b] [--no-check]\n");
+            std::fprintf(stderr, "usage: hitch-bench-compress [--json] [--repeats N] [--only a,b] [--no-check] [--aggregate]\n");
             return 2;
         }
     }
@@ -412,6 +445,21 @@ int main(int argc, char** argv) {
     if (encode_s.count("topk") && encode_s.count("topk_exact"))
         std::fprintf(cmp, "# topk (sampled) is %.1fx faster than topk_exact at density 0.001 (target >= 5)\n",
                      encode_s["topk_exact"] / encode_s["topk"]);
+    if (aggregate) {
+        // The exchange itself, 2 ranks sharing memory: raw all-reduce against the compressed paths.
+        const int steps = std::max(3, repeats);
+        const double raw = time_exchange(hc::none{}, d, 2, steps);
+        std::fprintf(cmp, "# exchange of all buckets between 2 comm::local ranks, median of %d steps:\n", steps);
+        std::fprintf(cmp, "#   none (all-reduce)           %8.1f ms  1.00\n", raw * 1e3);
+        const auto report = [&](const char* what, double t) {
+            std::fprintf(cmp, "#   %-27s %8.1f ms  %.2f\n", what, t * 1e3, t / raw);
+        };
+        report("fp16 (all-reduce of halves)", time_exchange(hc::fp16{}, d, 2, steps));
+        report("ef_onebit (compressed ring)", time_exchange(hc::error_feedback<hc::onebit>{}, d, 2, steps));
+        report("qsgd (compressed ring)", time_exchange(hc::qsgd{}, d, 2, steps));
+        report("ef_topk 0.001 (all-gather)",
+               time_exchange(hc::error_feedback<hc::topk>(hc::topk({.density = 0.001})), d, 2, steps));
+    }
     std::fprintf(cmp, "# median of %d repeats; %s\n", repeats, failures ? "CHECKS FAILED" : verify ? "all results checked" : "unchecked");
     (void)sink;
     return failures ? 1 : 0;

@@ -69,6 +69,7 @@ TEST_CASE("every decoder: flipped bits are refused, resealed damage is refused o
             }
         }
         CHECK(refused > 0);
+        CHECK(refused + accepted == 3 * good.size());  // nothing but corrupt_message_error or success
         // Every truncation of the payload, length field fixed up and resealed: refused.
         for (std::size_t len = 32; len < good.size(); ++len) {
             std::vector<std::byte> t(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len));

@@ -331,7 +331,8 @@ private:
                 total.negatives += s.negatives;
             }
             if (!std::isfinite(total.positive) || !std::isfinite(total.negative)) detail::throw_non_finite(who, what);
-            const auto [a, b] = values(total, n);
+            const std::pair<float, float> ab = values(total, n);
+            const float a = ab.first, b = ab.second;  // plain names: lambdas below capture them
             wire::store_le(pairs, a);
             wire::store_le(pairs + 4, b);
             if constexpr (EF)

@@ -277,11 +277,32 @@ private:
         const auto stream = r.take(detail::code_bytes(n, b), "codes");
         r.expect_end();
         if (n * b % 8 != 0 && (static_cast<unsigned>(stream.back()) >> (n * b % 8)) != 0) r.fail("padding bits are not zero");
-        if (b <= 8) decode_codes<Add, std::uint8_t>(r, stream.data(), n, s, b, size, unit, out);
+        if (b == 2 || b == 4 || b == 8) decode_bytes<Add>(r, stream.data(), n, s, b, size, unit, out);
+        else if (b < 8) decode_codes<Add, std::uint8_t>(r, stream.data(), n, s, b, size, unit, out);
         else decode_codes<Add, std::uint16_t>(r, stream.data(), n, s, b, size, unit, out);
     }
 
     /// Checks every code (level <= s, no negative zero) before writing anything, then decodes, group by group.
+    /// Codes of 2, 4 or 8 bits: checked and decoded a byte at a time through tables.
+    template <bool Add>
+    void decode_bytes(wire::reader& r, const std::byte* stream, std::size_t n, std::uint32_t s, unsigned b,
+                      std::size_t size, const std::vector<float>& unit, std::span<float> out) const {
+        const detail::byte_tables tables(b, s);
+        const std::size_t bad_at = detail::first_invalid_code(tables, stream, n, b, s);
+        if (bad_at != n) {
+            const std::uint32_t c = detail::code_at(stream, bad_at, b);
+            r.fail(hitch::detail::concat("code ", c, " of element ", bad_at, " is not a level in [0, ", s, "] with a sign"));
+        }
+        detail::for_chunks(n, size, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+            detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+                for (std::size_t begin = lo; begin < hi; begin += size) {
+                    const std::size_t len = std::min(size, n - begin);
+                    detail::decode_bytes<Add>(tables, stream + begin * b / 8, len, unit[begin / size], out.data() + begin);
+                }
+            });
+        });
+    }
+
     template <bool Add, class Code>
     void decode_codes(wire::reader& r, const std::byte* stream, std::size_t n, std::uint32_t s, unsigned b,
                       std::size_t size, const std::vector<float>& unit, std::span<float> out) const {
@@ -296,7 +317,8 @@ private:
                     const std::size_t len = std::min(size, n - begin);
                     detail::unpack_codes(stream + begin * b / 8, len, b, codes.data());
                     std::uint32_t bad = 0;
-                    for (std::size_t i = 0; i < len; ++i) bad |= ((codes[i] >> 1) > s) | (codes[i] == 1u);
+                    for (std::size_t i = 0; i < len; ++i)
+                        bad |= static_cast<std::uint32_t>((codes[i] >> 1) > s) | static_cast<std::uint32_t>(codes[i] == 1u);
                     if (bad != 0)
                         for (std::size_t i = 0; i < len; ++i)
                             if ((codes[i] >> 1) > s || codes[i] == 1u) {

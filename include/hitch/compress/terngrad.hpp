@@ -103,27 +103,12 @@ public:
             if ((c & 0x55u & ~(c >> 1)) != 0) r.fail(hitch::detail::concat("code 01 in byte ", j));
         }
         if (n % 4 != 0 && (static_cast<unsigned>(codes.back()) >> (2 * (n % 4))) != 0) r.fail("padding bits are not zero");
+        static const detail::byte_tables tables(2, 1);
         detail::for_chunks(n, block, options_.parallel, [&](std::size_t lo, std::size_t hi) {
-          std::vector<std::uint8_t> unpacked(std::min(block, hi - lo));
-          detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
-            for (std::size_t begin = lo; begin < hi; begin += block) {
-                const std::size_t len = std::min(block, hi - begin);
-                detail::unpack_codes(codes.data() + begin / 4, len, 2, unpacked.data());
-                float* o = out.data() + begin;
-                for (std::size_t i = 0; i < len; ++i) {
-                    const float mag = (unpacked[i] >> 1) ? scale : 0.0f;
-                    const float v = (unpacked[i] & 1u) ? -mag : mag;
-                    if constexpr (Add) o[i] += v;
-                    else o[i] = v;
-                }
-            }
-          });
+            detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+                detail::decode_bytes<Add>(tables, codes.data() + lo / 4, hi - lo, scale, out.data() + lo);
+            });
         });
-    }
-
-    /// Takes back the last encode's step (the aggregation calls it when another rank failed to encode).
-    void undo(state& s) const noexcept {
-        if (s.step > 0) --s.step;
     }
 
     void save_state(const state& s, std::vector<std::byte>& blob) const {

@@ -349,6 +349,70 @@ HITCH_COMPRESS_ALWAYS_INLINE void unpack_codes(const std::byte* in, std::size_t 
     }
 }
 
+/// Byte-at-a-time decoding of streams of b-bit codes, b in {2, 4, 8}: for each byte value, the signed levels of the
+/// 8 / b codes it holds (in stream order) and whether all of them are valid (level <= s, no negative zero).
+struct byte_tables {
+    unsigned per_byte = 1;
+    float level[256][4] = {};
+    bool valid[256] = {};
+
+    byte_tables(unsigned b, std::uint32_t s) : per_byte(8 / b) {
+        const unsigned mask = (1u << b) - 1u;
+        for (unsigned v = 0; v < 256; ++v) {
+            bool ok = true;
+            for (unsigned k = 0; k < per_byte; ++k) {
+                const unsigned c = (v >> (b * k)) & mask;
+                const auto magnitude = static_cast<float>(c >> 1);
+                level[v][k] = (c & 1u) ? -magnitude : magnitude;
+                ok = ok && (c >> 1) <= s && c != 1u;
+            }
+            valid[v] = ok;
+        }
+    }
+    /// The first invalid code in byte value v (which must be invalid).
+    [[nodiscard]] unsigned first_invalid(unsigned v, unsigned b, std::uint32_t s) const noexcept {
+        const unsigned mask = (1u << b) - 1u;
+        for (unsigned k = 0; k < per_byte; ++k) {
+            const unsigned c = (v >> (b * k)) & mask;
+            if ((c >> 1) > s || c == 1u) return k;
+        }
+        return 0;
+    }
+};
+
+/// Index of the first invalid code among n codes in `bytes` (n when all are valid).
+[[nodiscard]] inline std::size_t first_invalid_code(const byte_tables& t, const std::byte* bytes, std::size_t n,
+                                                    unsigned b, std::uint32_t s) {
+    const std::size_t count = code_bytes(n, b);
+    for (std::size_t j = 0; j < count; ++j) {
+        const auto v = static_cast<unsigned>(bytes[j]);
+        if (!t.valid[v]) return std::min(n, j * t.per_byte + t.first_invalid(v, b, s));
+    }
+    return n;
+}
+
+/// out[i] (+)= scale * level of code i, for n codes starting at `bytes` (n a multiple of per_byte but for the last
+/// piece of a stream).
+template <bool Add>
+HITCH_COMPRESS_ALWAYS_INLINE void decode_bytes(const byte_tables& t, const std::byte* bytes, std::size_t n, float scale,
+                                               float* out) {
+    const unsigned per = t.per_byte;
+    const std::size_t whole = n / per;
+    for (std::size_t j = 0; j < whole; ++j) {
+        const float* lv = t.level[static_cast<unsigned>(bytes[j])];
+        for (unsigned k = 0; k < per; ++k) {
+            const float v = lv[k] * scale;
+            if constexpr (Add) out[j * per + k] += v;
+            else out[j * per + k] = v;
+        }
+    }
+    for (std::size_t i = whole * per; i < n; ++i) {
+        const float v = t.level[static_cast<unsigned>(bytes[i / per])][i % per] * scale;
+        if constexpr (Add) out[i] += v;
+        else out[i] = v;
+    }
+}
+
 /// Code i of a stream of b-bit codes (the stream holds at least code_bytes(i + 1, b) bytes).
 [[nodiscard]] inline std::uint32_t code_at(const std::byte* stream, std::size_t i, unsigned b) noexcept {
     const std::size_t bit = i * b;
