@@ -136,3 +136,41 @@ TEST_CASE("aggregate: ranks with different bucket sizes get mismatch_error, on e
     CHECK(mismatched(hc::onebit{}));
     CHECK(mismatched(hc::randomk({.density = 0.1})));
 }
+
+TEST_CASE("aggregate: the aggregation state (codec state and ring residual) saves and loads", "[compress][aggregate]") {
+    REQUIRE_NOTHROW(run_local(3, [](local& comm) {
+        hitch::allreduce::group g(comm);
+        const hc::qsgd codec;
+        auto a = hc::make_aggregation_state(codec, 777);
+        for (int t = 0; t < 2; ++t) {
+            auto x = hitch_test::data_of(777, t, comm.rank(), false);
+            hc::aggregate(g, codec, a, hitch::tensor_view<float>(x));
+        }
+        std::vector<std::byte> blob;
+        hc::save_state(codec, a, blob);
+        auto b = hc::make_aggregation_state(codec, 777);
+        hc::load_state(codec, blob, b);
+        hitch_test::require(b.ring_residual == a.ring_residual && b.codec.step == a.codec.step, "restored");
+        // Both continue identically (every rank restored its own state).
+        auto x = hitch_test::data_of(777, 5, comm.rank(), false), y = x;
+        hc::aggregate(g, codec, a, hitch::tensor_view<float>(x));
+        hc::aggregate(g, codec, b, hitch::tensor_view<float>(y));
+        hitch_test::require(x == y && a.ring_residual == b.ring_residual, "continues identically");
+        auto other = hc::make_aggregation_state(codec, 776);
+        bool refused = false;
+        try {
+            hc::load_state(codec, blob, other);
+        } catch (const hitch::corrupt_message_error&) {
+            refused = true;
+        }
+        hitch_test::require(refused, "a blob for another bucket size is refused");
+        blob[40] ^= std::byte{1};
+        refused = false;
+        try {
+            hc::load_state(codec, blob, b);
+        } catch (const hitch::corrupt_message_error&) {
+            refused = true;
+        }
+        hitch_test::require(refused && b.ring_residual == a.ring_residual, "a damaged blob is refused, state kept");
+    }));
+}
