@@ -113,6 +113,9 @@ int main(int argc, char** argv) {
 
     try {
         nn::set_blas_threads(static_cast<int>(r.threads));
+        std::printf("BLAS: OpenBLAS %s kernels, %zu thread(s)\n", nn::blas_core().c_str(), r.threads);
+        if (const auto faster = nn::faster_blas_core())
+            std::printf("note: this CPU has AVX-512; OPENBLAS_CORETYPE=%s would make the GEMMs faster\n", faster->c_str());
         const auto [train, test] = load(r);
         const auto norm = data::normalization::of(train);
         auto m = build(r);
