@@ -77,10 +77,10 @@ public:
         if (norm.mean.size() != d.channels() || norm.stddev.size() != d.channels())
             throw std::invalid_argument("data::batch_loader: the normalisation has " + std::to_string(norm.mean.size()) +
                                         " channels, the data set " + std::to_string(d.channels()));
-        table_.resize(256 * d.channels());  // a lookup per (channel, byte value) turns normalisation into a load
-        for (std::size_t k = 0; k < d.channels(); ++k)
-            for (std::size_t v = 0; v < 256; ++v)
-                table_[k * 256 + v] = static_cast<T>((static_cast<double>(v) / 255.0 - norm.mean[k]) / norm.stddev[k]);
+        for (std::size_t k = 0; k < d.channels(); ++k) {  // x = pixel * scale + shift
+            scale_.push_back(static_cast<T>(1.0 / (255.0 * norm.stddev[k])));
+            shift_.push_back(static_cast<T>(-norm.mean[k] / norm.stddev[k]));
+        }
     }
 
     /// The samples at `indices` (their count at most max_batch).
@@ -121,17 +121,18 @@ private:
         const std::size_t n = data_->sample_size(), c = data_->channels();
         const std::uint8_t* src = data_->images.data() + sample * n;
         T* dst = images_.data() + slot * n;
-        if (c == 1) {
-            for (std::size_t i = 0; i < n; ++i) dst[i] = table_[src[i]];
+        if (c == 1) {  // grey images: one scale and shift, a loop that vectorises
+            const T scale = scale_[0], shift = shift_[0];
+            for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]) * scale + shift;
         } else {
             for (std::size_t i = 0; i < n; i += c)
-                for (std::size_t k = 0; k < c; ++k) dst[i + k] = table_[k * 256 + src[i + k]];
+                for (std::size_t k = 0; k < c; ++k) dst[i + k] = static_cast<T>(src[i + k]) * scale_[k] + shift_[k];
         }
         labels_[slot] = data_->labels[sample];
     }
 
     const dataset* data_;
-    std::vector<T> table_;
+    std::vector<T> scale_, shift_;  // per channel
     xt::xtensor<T, 1> images_;
     std::vector<std::int32_t> labels_;
     std::size_t size_ = 0;
