@@ -75,8 +75,9 @@ public:
           images_(xt::xtensor<T, 1>::from_shape({max_batch * d.sample_size()})),
           labels_(max_batch) {
         if (norm.mean.size() != d.channels() || norm.stddev.size() != d.channels())
-            throw std::invalid_argument("data::batch_loader: the normalisation has " + std::to_string(norm.mean.size()) +
-                                        " channels, the data set " + std::to_string(d.channels()));
+            throw std::invalid_argument("data::batch_loader: the normalisation has " +
+                                        std::to_string(norm.mean.size()) + " channels, the data set " +
+                                        std::to_string(d.channels()));
         for (std::size_t k = 0; k < d.channels(); ++k) {  // x = pixel * scale + shift
             scale_.push_back(static_cast<T>(1.0 / (255.0 * norm.stddev[k])));
             shift_.push_back(static_cast<T>(-norm.mean[k] / norm.stddev[k]));

@@ -20,7 +20,8 @@ namespace detail {
 inline std::filesystem::path find_idx_file(const std::filesystem::path& dir, const std::string& stem, int dims) {
     const std::string idx = "idx" + std::to_string(dims) + "-ubyte";
     std::string tried;
-    for (const std::string& name : {stem + "-" + idx + ".gz", stem + "-" + idx, stem + "." + idx + ".gz", stem + "." + idx}) {
+    for (const std::string& name :
+         {stem + "-" + idx + ".gz", stem + "-" + idx, stem + "." + idx + ".gz", stem + "." + idx}) {
         const auto path = dir / name;
         std::error_code ec;
         if (std::filesystem::is_regular_file(path, ec)) return path;

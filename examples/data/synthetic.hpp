@@ -34,8 +34,10 @@ inline dataset make_synthetic(std::size_t samples, std::size_t height, std::size
         const std::size_t label = rng.below(classes);
         d.labels[s] = static_cast<std::uint8_t>(label);
         std::uint8_t* image = d.images.data() + s * n;
-        for (std::size_t i = 0; i < n; ++i)
-            image[i] = static_cast<std::uint8_t>(std::clamp(prototypes[label * n + i] + 128.0 * (rng.uniform() - 0.5), 0.0, 255.0));
+        for (std::size_t i = 0; i < n; ++i) {
+            const double noisy = prototypes[label * n + i] + 128.0 * (rng.uniform() - 0.5);
+            image[i] = static_cast<std::uint8_t>(std::clamp(noisy, 0.0, 255.0));
+        }
     }
     return d;
 }

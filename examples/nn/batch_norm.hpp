@@ -74,8 +74,9 @@ public:
                 const double unbiased = m > 1 ? var * n / (n - 1.0) : var;
                 mean_[k] = static_cast<T>(mean);
                 inv_std_[k] = static_cast<T>(1.0 / std::sqrt(var + options_.epsilon));
-                running_mean_[k] = static_cast<T>((1.0 - options_.momentum) * running_mean_[k] + options_.momentum * mean);
-                running_var_[k] = static_cast<T>((1.0 - options_.momentum) * running_var_[k] + options_.momentum * unbiased);
+                const double keep = 1.0 - options_.momentum;
+                running_mean_[k] = static_cast<T>(keep * running_mean_[k] + options_.momentum * mean);
+                running_var_[k] = static_cast<T>(keep * running_var_[k] + options_.momentum * unbiased);
             }
         } else {
             for (std::size_t k = 0; k < c; ++k) {
@@ -98,7 +99,8 @@ public:
         channel_sums(dy, x, m);
         for (std::size_t k = 0; k < c; ++k) {
             beta_grad_[k] = static_cast<T>(sum_[k]);
-            gamma_grad_[k] = static_cast<T>(static_cast<double>(inv_std_[k]) * (sum2_[k] - static_cast<double>(mean_[k]) * sum_[k]));
+            const double mean = mean_[k];
+            gamma_grad_[k] = static_cast<T>(static_cast<double>(inv_std_[k]) * (sum2_[k] - mean * sum_[k]));
         }
         p.ready(1);
         p.ready(0);

@@ -127,7 +127,8 @@ private:
         const auto h = static_cast<std::ptrdiff_t>(in_.height), w = static_cast<std::ptrdiff_t>(in_.width);
         const auto k = static_cast<std::ptrdiff_t>(kernel_);
         // Output pixel (b, oh, ow) of row `first`, then stepped along without dividing per row.
-        std::size_t ow = first % out_.width, oh = first / out_.width % out_.height, b = first / (out_.width * out_.height);
+        std::size_t ow = first % out_.width, oh = first / out_.width % out_.height;
+        std::size_t b = first / (out_.width * out_.height);
         for (std::size_t row = 0; row < count; ++row) {
             const std::ptrdiff_t top = static_cast<std::ptrdiff_t>(oh * options_.stride) - pad;
             const std::ptrdiff_t left = static_cast<std::ptrdiff_t>(ow * options_.stride) - pad;
@@ -141,7 +142,8 @@ private:
                 }
                 const std::size_t offset = ((b * in_.height + static_cast<std::size_t>(ih)) * in_.width +
                                             static_cast<std::size_t>(left + s0)) * in_.channels;
-                fn(row, static_cast<std::size_t>(r), offset, static_cast<std::size_t>(s0), static_cast<std::size_t>(s1));
+                fn(row, static_cast<std::size_t>(r), offset, static_cast<std::size_t>(s0),
+                   static_cast<std::size_t>(s1));
             }
             if (++ow == out_.width) {
                 ow = 0;
@@ -152,7 +154,8 @@ private:
 
     T* im2col(const T* x, std::size_t first, std::size_t count, T* col) const {
         const std::size_t c = in_.channels, run = kernel_ * c;
-        for_each_patch_row(first, count, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0, std::size_t s1) {
+        for_each_patch_row(first, count, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0,
+                                             std::size_t s1) {
             T* dst = col + row * patch_ + r * run;
             std::fill(dst, dst + s0 * c, T{0});
             std::copy(x + in, x + in + (s1 - s0) * c, dst + s0 * c);
@@ -164,7 +167,8 @@ private:
     /// dx += the patches of rows [first, first + count) scattered back to where im2col took them from.
     void col2im(const T* dcol, std::size_t first, std::size_t count, T* dx) const {
         const std::size_t c = in_.channels;
-        for_each_patch_row(first, count, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0, std::size_t s1) {
+        for_each_patch_row(first, count, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0,
+                                             std::size_t s1) {
             const T* src = dcol + row * patch_ + (r * kernel_ + s0) * c;
             T* dst = dx + in;
             for (std::size_t i = 0; i < (s1 - s0) * c; ++i) dst[i] += src[i];

@@ -56,8 +56,10 @@ public:
         outputs_.push_back(xt::xtensor<T, 1>::from_shape({max_batch_ * output_.size()}));
         largest_activation_ = std::max(largest_activation_, output_.size());
         for (auto* g : {&gradient_a_, &gradient_b_})
-            if (g->size() < max_batch_ * largest_activation_) *g = xt::xtensor<T, 1>::from_shape({max_batch_ * largest_activation_});
-        if (added.workspace_size() > workspace_.size()) workspace_ = xt::xtensor<T, 1>::from_shape({added.workspace_size()});
+            if (g->size() < max_batch_ * largest_activation_)
+                *g = xt::xtensor<T, 1>::from_shape({max_batch_ * largest_activation_});
+        if (added.workspace_size() > workspace_.size())
+            workspace_ = xt::xtensor<T, 1>::from_shape({added.workspace_size()});
         layers_.push_back(std::move(owned));
         return added;
     }

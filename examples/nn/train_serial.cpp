@@ -85,7 +85,8 @@ std::pair<data::dataset, data::dataset> load(const recipe& r) {
         return {data::make_synthetic(r.synthetic, side, side, channels, 10, r.seed),
                 data::make_synthetic(std::max<std::size_t>(r.synthetic / 6, 1), side, side, channels, 10, r.seed, 1)};
     }
-    if (cifar) return {data::load_cifar10(r.data_dir, data::split::train), data::load_cifar10(r.data_dir, data::split::test)};
+    if (cifar)
+        return {data::load_cifar10(r.data_dir, data::split::train), data::load_cifar10(r.data_dir, data::split::test)};
     const auto dir = r.data_dir.empty() ? data::default_fashion_mnist_dir : std::filesystem::path(r.data_dir);
     return {data::load_mnist(dir, data::split::train), data::load_mnist(dir, data::split::test)};
 }
@@ -106,7 +107,8 @@ int main(int argc, char** argv) {
     app.add_option("--weight-decay", r.weight_decay)->check(CLI::NonNegativeNumber);
     app.add_option("--schedule", r.schedule, "constant, step (x0.1 at 50% and 75%) or cosine")
         ->check(CLI::IsMember({"constant", "step", "cosine"}));
-    app.add_option("--resnet-blocks", r.resnet_blocks, "residual blocks per stage (3 = ResNet-20)")->check(CLI::PositiveNumber);
+    app.add_option("--resnet-blocks", r.resnet_blocks, "residual blocks per stage (3 = ResNet-20)")
+        ->check(CLI::PositiveNumber);
     app.add_option("--blas-threads", r.threads, "OpenBLAS threads")->check(CLI::PositiveNumber);
     app.add_option("--seed", r.seed);
     CLI11_PARSE(app, argc, argv);
@@ -115,7 +117,8 @@ int main(int argc, char** argv) {
         nn::set_blas_threads(static_cast<int>(r.threads));
         std::printf("BLAS: OpenBLAS %s kernels, %zu thread(s)\n", nn::blas_core().c_str(), r.threads);
         if (const auto faster = nn::faster_blas_core())
-            std::printf("note: this CPU has AVX-512; OPENBLAS_CORETYPE=%s would make the GEMMs faster\n", faster->c_str());
+            std::printf("note: this CPU has AVX-512; OPENBLAS_CORETYPE=%s would make the GEMMs faster\n",
+                        faster->c_str());
         const auto [train, test] = load(r);
         const auto norm = data::normalization::of(train);
         auto m = build(r);
@@ -127,41 +130,39 @@ int main(int argc, char** argv) {
         data::sharded_sampler sampler(train.size(), 0, 1, r.seed);
         const std::size_t total_steps = r.epochs * sampler.batches_per_epoch(r.batch);
         std::size_t step = 0;
-        double train_seconds = 0, train_cpu_seconds = 0;
+        double train_seconds = 0, train_cpu_seconds = 0, trained = 0;
         nn::evaluation last;
         for (std::size_t epoch = 0; epoch < r.epochs; ++epoch, sampler.next_epoch()) {
             const auto start = std::chrono::steady_clock::now();
-            const std::clock_t cpu_start = std::clock();
-            double loss_sum = 0;
-            std::size_t correct = 0, seen = 0;
+            const std::clock_t cpu_start = std::clock();  // CPU time too: on a shared machine it is the steadier one
+            double loss_sum = 0, correct = 0, seen = 0;
             for (auto indices = sampler.next(r.batch); !indices.empty(); indices = sampler.next(r.batch), ++step) {
                 loader.load(indices);
-                loss_sum += loss.forward(m.forward(loader.images(), loader.size(), nn::mode::train), loader.labels()) *
-                            static_cast<double>(loader.size());
-                correct += loss.correct();
-                seen += loader.size();
+                const auto logits = m.forward(loader.images(), loader.size(), nn::mode::train);
+                const auto n = static_cast<double>(loader.size());
+                loss_sum += loss.forward(logits, loader.labels()) * n;
+                correct += static_cast<double>(loss.correct());
+                seen += n;
                 m.backward(loss.gradient());
                 optimizer.step(learning_rate(r, step, total_steps));
             }
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            // CPU time as well: on a shared machine it shows what the process itself needed.
             const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
             train_seconds += seconds;
             train_cpu_seconds += cpu_seconds;
+            trained += seen;
             last = nn::evaluate(m, test, norm);
             std::printf("epoch %zu: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.1f s, %.0f samples/s, "
                         "%.0f samples/cpu-s\n",
-                        epoch + 1, loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen),
-                        last.loss, last.accuracy, seconds, static_cast<double>(seen) / seconds,
-                        static_cast<double>(seen) / cpu_seconds);
+                        epoch + 1, loss_sum / seen, correct / seen, last.loss, last.accuracy, seconds, seen / seconds,
+                        seen / cpu_seconds);
             std::fflush(stdout);
         }
         std::printf("{\"model\": \"%s\", \"epochs\": %zu, \"batch_size\": %zu, \"lr\": %g, \"momentum\": %g, "
                     "\"weight_decay\": %g, \"schedule\": \"%s\", \"blas_threads\": %zu, \"test_accuracy\": %.4f, "
                     "\"train_seconds\": %.2f, \"samples_per_s\": %.0f, \"samples_per_cpu_s\": %.0f}\n",
                     r.model.c_str(), r.epochs, r.batch, r.lr, r.momentum, r.weight_decay, r.schedule.c_str(), r.threads,
-                    last.accuracy, train_seconds, static_cast<double>(r.epochs * sampler.shard_size()) / train_seconds,
-                    static_cast<double>(r.epochs * sampler.shard_size()) / train_cpu_seconds);
+                    last.accuracy, train_seconds, trained / train_seconds, trained / train_cpu_seconds);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "hitch-example-serial: %s\n", e.what());
         return 1;

@@ -17,7 +17,8 @@ class scratch_dir {
 public:
     scratch_dir() {
         std::random_device rd;
-        path_ = std::filesystem::temp_directory_path() / ("hitch-examples-test-" + std::to_string(rd()) + std::to_string(rd()));
+        const std::string name = "hitch-examples-test-" + std::to_string(rd()) + std::to_string(rd());
+        path_ = std::filesystem::temp_directory_path() / name;
         std::filesystem::create_directories(path_);
     }
     scratch_dir(const scratch_dir&) = delete;

@@ -143,7 +143,8 @@ TEST_CASE("conv2d forward matches a direct convolution", "[examples][nn]") {
         std::size_t batch, k, kernel, stride, pad;
     };
     // The second has 360-value patches and 108 rows: col is built in two blocks.
-    for (const auto& [in, batch, k, kernel, stride, pad] : {config{{6, 5, 3}, 2, 3, 3, 2, 1}, config{{6, 6, 40}, 3, 4, 3, 1, 1}}) {
+    for (const auto& [in, batch, k, kernel, stride, pad] :
+         {config{{6, 5, 3}, 2, 3, 3, 2, 1}, config{{6, 6, 40}, 3, 4, 3, 1, 1}}) {
         nn::model<double> m(in, batch);
         m.add(nn::conv2d<double>("c", k, kernel, {.stride = stride, .padding = pad, .bias = true}));
         m.initialize(3);
@@ -153,7 +154,8 @@ TEST_CASE("conv2d forward matches a direct convolution", "[examples][nn]") {
         const auto& w = m.parameters()[0].value;  // k x kernel x kernel x c
         const auto& bias = m.parameters()[1].value;
         const nn::shape out = m.output_shape();
-        REQUIRE(out == nn::shape{(in.height + 2 * pad - kernel) / stride + 1, (in.width + 2 * pad - kernel) / stride + 1, k});
+        REQUIRE(out == nn::shape{(in.height + 2 * pad - kernel) / stride + 1,
+                                 (in.width + 2 * pad - kernel) / stride + 1, k});
         std::size_t wrong = 0;
         for (std::size_t b = 0; b < batch; ++b)
             for (std::size_t oh = 0; oh < out.height; ++oh)
@@ -172,7 +174,8 @@ TEST_CASE("conv2d forward matches a direct convolution", "[examples][nn]") {
                                            x[((b * in.height + static_cast<std::size_t>(ih)) * in.width +
                                               static_cast<std::size_t>(iw)) * in.channels + c];
                                 }
-                        wrong += std::abs(y[((b * out.height + oh) * out.width + ow) * k + o] - sum) > 1e-12 * (1 + std::abs(sum));
+                        const double got = y[((b * out.height + oh) * out.width + ow) * k + o];
+                        wrong += std::abs(got - sum) > 1e-12 * (1 + std::abs(sum));
                     }
         CHECK(wrong == 0);
     }

@@ -71,7 +71,8 @@ TEST_CASE("parameters: names, flags, sizes and storage that never moves", "[exam
     const auto& p = m.parameters();
     std::vector<std::string> names;
     for (const auto& q : p) names.push_back(q.name);
-    CHECK(names == std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"});
+    CHECK(names ==
+          std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"});
     CHECK(p[0].value.size() == 784 * 512);
     CHECK(p[5].value.size() == 10);
     CHECK(m.parameter_count() == 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10);
@@ -81,14 +82,16 @@ TEST_CASE("parameters: names, flags, sizes and storage that never moves", "[exam
     std::set<std::string> unique;
     for (const auto& q : cnn.parameters()) {
         unique.insert(q.name);
-        CHECK(q.is_bias_or_norm == (q.name.ends_with(".bias") || q.name.ends_with(".gamma") || q.name.ends_with(".beta")));
+        const bool bias_or_norm = q.name.ends_with(".bias") || q.name.ends_with(".gamma") || q.name.ends_with(".beta");
+        CHECK(q.is_bias_or_norm == bias_or_norm);
         CHECK(q.value.size() == q.gradient.size());
     }
     CHECK(unique.size() == cnn.parameters().size());
     CHECK(unique.count("bn1.gamma") == 1);
     std::vector<std::string> buffers;
     for (const auto& b : cnn.buffers()) buffers.push_back(b.name);
-    CHECK(buffers == std::vector<std::string>{"bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"});
+    CHECK(buffers ==
+          std::vector<std::string>{"bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"});
 
     auto resnet = nn::cifar_resnet<float>(8, 3, 1);
     std::set<std::string> resnet_names;
