@@ -51,9 +51,9 @@ namespace detail {
 
 HITCH_COMPRESS_STRICT_FP_BEGIN
 
-/// Sums of one group's non-negative and negative elements (sign-bit split), accumulated in eight double lanes,
-/// element i into lane i % 8, flushed every 512 elements in lane order: the AVX2 and the baseline code follow
-/// exactly this order, so they produce the same bits.
+/// Sums of one group's non-negative and negative elements (sign-bit split), accumulated in sixteen double lanes
+/// (element i of a 512-element block into lane i % 16: sixteen independent chains keep the adds busy), folded in
+/// lane order per block: the AVX2 and the baseline code follow exactly this order, so they produce the same bits.
 struct sign_sums {
     double positive = 0.0;
     double negative = 0.0;
@@ -81,10 +81,12 @@ inline void sign_tail(const float* g, const float* r, std::byte* bits, std::size
 
 /// Adds one block's lanes (in lane order) into a block partial, records it, and adds it to the running total: the
 /// total is the sum of block partials in block order whichever thread computed which block.
+inline constexpr std::size_t sign_lanes = 16;
+
 inline void finish_block(const double* pos, const double* neg, std::size_t negatives, sign_sums& total,
                          sign_sums* partial) {
     sign_sums block;
-    for (int j = 0; j < 8; ++j) {
+    for (std::size_t j = 0; j < sign_lanes; ++j) {
         block.positive += pos[j];
         block.negative += neg[j];
     }
@@ -100,23 +102,27 @@ inline sign_sums sign_pass_portable(const float* g, const float* r, std::byte* b
     sign_sums out;
     for (std::size_t start = 0; start < n; start += sign_block) {
         const std::size_t end = std::min(n, start + sign_block);
-        double pos[8] = {}, neg[8] = {};
+        double pos[sign_lanes] = {}, neg[sign_lanes] = {};
         std::size_t negatives = 0;
         std::size_t i = start;
         for (; i + 8 <= end; i += 8) {
+            const std::size_t lane = (i - start) % sign_lanes;
             unsigned byte = 0;
             for (std::size_t j = 0; j < 8; ++j) {
                 float v = g[i + j];
                 if constexpr (EF) v += r[i + j];
                 const bool s = std::signbit(v);
                 byte |= static_cast<unsigned>(s) << j;
-                pos[j] += s ? 0.0 : static_cast<double>(v);
-                neg[j] += s ? static_cast<double>(v) : 0.0;
+                pos[lane + j] += s ? 0.0 : static_cast<double>(v);
+                neg[lane + j] += s ? static_cast<double>(v) : 0.0;
             }
             bits[i / 8] = static_cast<std::byte>(byte);
             negatives += static_cast<std::size_t>(std::popcount(byte));
         }
-        if (i < end) sign_tail<EF>(g + i, EF ? r + i : r, bits + i / 8, end - i, pos, neg, negatives);
+        if (i < end) {
+            const std::size_t lane = (i - start) % sign_lanes;
+            sign_tail<EF>(g + i, EF ? r + i : r, bits + i / 8, end - i, pos + lane, neg + lane, negatives);
+        }
         finish_block(pos, neg, negatives, out, partials != nullptr ? partials + start / sign_block : nullptr);
     }
     return out;
@@ -130,28 +136,41 @@ HITCH_TARGET_AVX2 inline sign_sums sign_pass_avx2(const float* g, const float* r
     const __m256 zero = _mm256_setzero_ps();
     for (std::size_t start = 0; start < n; start += sign_block) {
         const std::size_t end = std::min(n, start + sign_block);
-        __m256d p0 = _mm256_setzero_pd(), p1 = p0, n0 = p0, n1 = p0;
+        // Lanes 0-3, 4-7, 8-11, 12-15 of the positive and negative sums.
+        __m256d p[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+        __m256d q[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
         std::size_t negatives = 0;
         std::size_t i = start;
-        for (; i + 8 <= end; i += 8) {
-            __m256 v = _mm256_loadu_ps(g + i);
-            if constexpr (EF) v = _mm256_add_ps(v, _mm256_loadu_ps(r + i));
+        const auto eight = [&](std::size_t at, int half) HITCH_COMPRESS_INLINE_LAMBDA {
+            __m256 v = _mm256_loadu_ps(g + at);
+            if constexpr (EF) v = _mm256_add_ps(v, _mm256_loadu_ps(r + at));
             const int m = _mm256_movemask_ps(v);
-            bits[i / 8] = static_cast<std::byte>(m);
+            bits[at / 8] = static_cast<std::byte>(m);
             negatives += static_cast<std::size_t>(_mm_popcnt_u32(static_cast<unsigned>(m)));
             const __m256 pv = _mm256_blendv_ps(v, zero, v);  // v where the sign bit is clear, else +0
             const __m256 nv = _mm256_blendv_ps(zero, v, v);  // v where the sign bit is set, else +0
-            p0 = _mm256_add_pd(p0, _mm256_cvtps_pd(_mm256_castps256_ps128(pv)));
-            p1 = _mm256_add_pd(p1, _mm256_cvtps_pd(_mm256_extractf128_ps(pv, 1)));
-            n0 = _mm256_add_pd(n0, _mm256_cvtps_pd(_mm256_castps256_ps128(nv)));
-            n1 = _mm256_add_pd(n1, _mm256_cvtps_pd(_mm256_extractf128_ps(nv, 1)));
+            p[2 * half] = _mm256_add_pd(p[2 * half], _mm256_cvtps_pd(_mm256_castps256_ps128(pv)));
+            p[2 * half + 1] = _mm256_add_pd(p[2 * half + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(pv, 1)));
+            q[2 * half] = _mm256_add_pd(q[2 * half], _mm256_cvtps_pd(_mm256_castps256_ps128(nv)));
+            q[2 * half + 1] = _mm256_add_pd(q[2 * half + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(nv, 1)));
+        };
+        for (; i + 16 <= end; i += 16) {
+            eight(i, 0);
+            eight(i + 8, 1);
         }
-        alignas(32) double pos[8], neg[8];
-        _mm256_store_pd(pos, p0);
-        _mm256_store_pd(pos + 4, p1);
-        _mm256_store_pd(neg, n0);
-        _mm256_store_pd(neg + 4, n1);
-        if (i < end) sign_tail<EF>(g + i, EF ? r + i : r, bits + i / 8, end - i, pos, neg, negatives);
+        if (i + 8 <= end) {
+            eight(i, 0);
+            i += 8;
+        }
+        alignas(32) double pos[sign_lanes], neg[sign_lanes];
+        for (int k = 0; k < 4; ++k) {
+            _mm256_store_pd(pos + 4 * k, p[k]);
+            _mm256_store_pd(neg + 4 * k, q[k]);
+        }
+        if (i < end) {
+            const std::size_t lane = (i - start) % sign_lanes;
+            sign_tail<EF>(g + i, EF ? r + i : r, bits + i / 8, end - i, pos + lane, neg + lane, negatives);
+        }
         finish_block(pos, neg, negatives, out, partials != nullptr ? partials + start / sign_block : nullptr);
     }
     return out;
