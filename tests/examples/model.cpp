@@ -77,6 +77,9 @@ TEST_CASE("parameters: names, flags, sizes and storage that never moves", "[exam
     CHECK(p[5].value.size() == 10);
     CHECK(m.parameter_count() == 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10);
     for (const auto& q : p) CHECK(q.is_bias_or_norm == q.name.ends_with(".bias"));
+    CHECK(p[0].rows == 512);  // weights as matrices: outputs x inputs; vectors have no rows
+    CHECK(p[2].rows == 256);
+    CHECK(p[1].rows == 0);
 
     auto cnn = nn::mnist_cnn<float>(8, 3);
     std::set<std::string> unique;
@@ -88,6 +91,10 @@ TEST_CASE("parameters: names, flags, sizes and storage that never moves", "[exam
     }
     CHECK(unique.size() == cnn.parameters().size());
     CHECK(unique.count("bn1.gamma") == 1);
+    for (const auto& q : cnn.parameters()) {
+        if (q.name == "conv2.weight") CHECK(q.rows == 64);  // out_channels x (3 x 3 x 32)
+        if (q.name.ends_with(".gamma")) CHECK(q.rows == 0);
+    }
     std::vector<std::string> buffers;
     for (const auto& b : cnn.buffers()) buffers.push_back(b.name);
     CHECK(buffers ==
