@@ -9,6 +9,12 @@
 #include <vector>
 
 #include "hitch/compress/bf16.hpp"
+#include "hitch/compress/dgc.hpp"
+#include "hitch/compress/onebit.hpp"
+#include "hitch/compress/qsgd.hpp"
+#include "hitch/compress/randomk.hpp"
+#include "hitch/compress/terngrad.hpp"
+#include "hitch/compress/topk.hpp"
 #include "hitch/compress/error_feedback.hpp"
 #include "hitch/compress/fp16.hpp"
 #include "hitch/compress/none.hpp"
@@ -130,4 +136,24 @@ TEST_CASE("compressor concept: hitch's casts and their traits", "[compress][conc
     STATIC_REQUIRE(hc::error_feedback<hc::fp16>::name == "ef_fp16");
     STATIC_REQUIRE(hc::error_feedback<hc::fp16>::codec_id == hc::fp16::codec_id);
     STATIC_REQUIRE_FALSE(hc::error_feedback<hc::fp16>::needs_error_feedback);
+}
+
+TEST_CASE("compressor concept: codecs whose state advances can take back an encode", "[compress][concepts]") {
+    namespace hc = hitch::compress;
+    auto can_undo = []<class Codec>(const Codec&) { return requires(const Codec& c, typename Codec::state& s) { c.undo(s); }; };
+    STATIC_REQUIRE(can_undo(hc::topk{}));
+    STATIC_REQUIRE(can_undo(hc::randomk{}));
+    STATIC_REQUIRE(can_undo(hc::qsgd{}));
+    STATIC_REQUIRE(can_undo(hc::terngrad{}));
+    STATIC_REQUIRE(can_undo(hc::dgc{}));
+    STATIC_REQUIRE(can_undo(hc::error_feedback<hc::onebit>{}));
+    // undo takes back exactly one step.
+    const hc::terngrad t;
+    auto s = t.make_state(10);
+    const std::vector<float> g(10, 1.0f);
+    std::vector<std::byte> m;
+    t.encode(hitch::tensor_view<const float>(g), s, m);
+    t.encode(hitch::tensor_view<const float>(g), s, m);
+    t.undo(s);
+    CHECK(s.step == 1);
 }

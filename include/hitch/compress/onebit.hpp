@@ -129,11 +129,29 @@ inline sign_sums sign_pass_portable(const float* g, const float* r, std::byte* b
 }
 
 #if HITCH_COMPRESS_X86
+/// Eight elements: their sign byte, and their values added into two vectors of positive and two of negative lanes.
+/// Returns how many are negative.
+template <bool EF>
+__attribute__((target("avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline std::size_t sign8_avx2(
+    const float* g, const float* r, std::byte* bits, __m256d* p, __m256d* q) {
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 v = _mm256_loadu_ps(g);
+    if constexpr (EF) v = _mm256_add_ps(v, _mm256_loadu_ps(r));
+    const int m = _mm256_movemask_ps(v);
+    *bits = static_cast<std::byte>(m);
+    const __m256 pv = _mm256_blendv_ps(v, zero, v);  // v where the sign bit is clear, else +0
+    const __m256 nv = _mm256_blendv_ps(zero, v, v);  // v where the sign bit is set, else +0
+    p[0] = _mm256_add_pd(p[0], _mm256_cvtps_pd(_mm256_castps256_ps128(pv)));
+    p[1] = _mm256_add_pd(p[1], _mm256_cvtps_pd(_mm256_extractf128_ps(pv, 1)));
+    q[0] = _mm256_add_pd(q[0], _mm256_cvtps_pd(_mm256_castps256_ps128(nv)));
+    q[1] = _mm256_add_pd(q[1], _mm256_cvtps_pd(_mm256_extractf128_ps(nv, 1)));
+    return static_cast<std::size_t>(_mm_popcnt_u32(static_cast<unsigned>(m)));
+}
+
 template <bool EF>
 HITCH_TARGET_AVX2 inline sign_sums sign_pass_avx2(const float* g, const float* r, std::byte* bits, std::size_t n,
                                                   sign_sums* partials) {
     sign_sums out;
-    const __m256 zero = _mm256_setzero_ps();
     for (std::size_t start = 0; start < n; start += sign_block) {
         const std::size_t end = std::min(n, start + sign_block);
         // Lanes 0-3, 4-7, 8-11, 12-15 of the positive and negative sums.
@@ -141,25 +159,12 @@ HITCH_TARGET_AVX2 inline sign_sums sign_pass_avx2(const float* g, const float* r
         __m256d q[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
         std::size_t negatives = 0;
         std::size_t i = start;
-        const auto eight = [&](std::size_t at, int half) HITCH_COMPRESS_INLINE_LAMBDA {
-            __m256 v = _mm256_loadu_ps(g + at);
-            if constexpr (EF) v = _mm256_add_ps(v, _mm256_loadu_ps(r + at));
-            const int m = _mm256_movemask_ps(v);
-            bits[at / 8] = static_cast<std::byte>(m);
-            negatives += static_cast<std::size_t>(_mm_popcnt_u32(static_cast<unsigned>(m)));
-            const __m256 pv = _mm256_blendv_ps(v, zero, v);  // v where the sign bit is clear, else +0
-            const __m256 nv = _mm256_blendv_ps(zero, v, v);  // v where the sign bit is set, else +0
-            p[2 * half] = _mm256_add_pd(p[2 * half], _mm256_cvtps_pd(_mm256_castps256_ps128(pv)));
-            p[2 * half + 1] = _mm256_add_pd(p[2 * half + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(pv, 1)));
-            q[2 * half] = _mm256_add_pd(q[2 * half], _mm256_cvtps_pd(_mm256_castps256_ps128(nv)));
-            q[2 * half + 1] = _mm256_add_pd(q[2 * half + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(nv, 1)));
-        };
         for (; i + 16 <= end; i += 16) {
-            eight(i, 0);
-            eight(i + 8, 1);
+            negatives += sign8_avx2<EF>(g + i, EF ? r + i : r, bits + i / 8, p, q);
+            negatives += sign8_avx2<EF>(g + i + 8, EF ? r + i + 8 : r, bits + i / 8 + 1, p + 2, q + 2);
         }
         if (i + 8 <= end) {
-            eight(i, 0);
+            negatives += sign8_avx2<EF>(g + i, EF ? r + i : r, bits + i / 8, p, q);
             i += 8;
         }
         alignas(32) double pos[sign_lanes], neg[sign_lanes];
@@ -265,16 +270,9 @@ public:
     }
 
     /// Encodes v = g + r_in; r_out = v - D(message).
-    template <class T>
-        requires floating_element<std::remove_const_t<T>>
-    std::size_t encode_ef(tensor_view<T> g, std::span<const float> r_in, std::span<float> r_out, state& s,
-                          std::vector<std::byte>& bytes) const {
-        detail::require_host(g, who);
-        check_state_size(s, g.size());
-        std::vector<float> scratch;
-        const std::span<const float> in = detail::as_floats(g, scratch);
-        return encode_impl<true>(in.data(), r_in.data(), r_out.data(), in.size(), bytes,
-                                 dtype_of<std::remove_const_t<T>>());
+    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out, state&,
+                                 std::vector<std::byte>& bytes, dtype type) const {
+        return encode_impl<true>(g.data(), r_in.data(), r_out.data(), g.size(), bytes, type);
     }
 
     template <bool Add>

@@ -107,16 +107,9 @@ public:
     }
 
     /// Encodes v = g + r_in; r_out = v - Q(v).
-    template <class T>
-        requires floating_element<std::remove_const_t<T>>
-    std::size_t encode_ef(tensor_view<T> g, std::span<const float> r_in, std::span<float> r_out, state& s,
-                          std::vector<std::byte>& bytes) const {
-        detail::require_host(g, who);
-        check_state_size(s, g.size());
-        std::vector<float> scratch;
-        const std::span<const float> in = detail::as_floats(g, scratch);
-        return encode_impl<true>(in.data(), r_in.data(), r_out.data(), in.size(), s, bytes,
-                                 dtype_of<std::remove_const_t<T>>());
+    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out, state& s,
+                                 std::vector<std::byte>& bytes, dtype type) const {
+        return encode_impl<true>(g.data(), r_in.data(), r_out.data(), g.size(), s, bytes, type);
     }
 
     template <bool Add>
@@ -147,24 +140,16 @@ public:
     }
 
     /// Takes back the last encode's step (the aggregation calls it when another rank failed to encode).
-    void undo(state& s) const noexcept {
-        if (s.step > 0) --s.step;
-    }
+    void undo(state& s) const noexcept { detail::step_back(s); }
 
+    /// Blob payload: u64 step, u64 stream.
     void save_state(const state& s, std::vector<std::byte>& blob) const {
-        std::vector<std::byte> body;
-        wire::put_scalar<std::uint64_t>(body, s.step);
-        wire::put_scalar<std::uint64_t>(body, s.stream);
-        wire::seal_state(blob, codec_id, s.count, body);
+        detail::save_counters<2>(codec_id, s.count, {s.step, s.stream}, blob);
     }
     void load_state(std::span<const std::byte> blob, state& s) const {
-        const wire::message_view m = wire::open_state(blob, codec_id, s.count, who);
-        wire::reader r(m.payload, who);
-        const auto step = r.get<std::uint64_t>("step");
-        const auto stream = r.get<std::uint64_t>("stream");
-        r.expect_end();
-        s.step = step;
-        s.stream = stream;
+        const auto v = detail::load_counters<2>(blob, codec_id, s.count, who, {"step", "stream"});
+        s.step = v[0];
+        s.stream = v[1];
     }
 
 private:

@@ -124,16 +124,12 @@ public:
     }
 
     /// Encodes v = g + r_in at the drawn coordinates; r_out = v - D(m).
-    template <class T>
-        requires floating_element<std::remove_const_t<T>>
-    std::size_t encode_ef(tensor_view<T> g, std::span<const float> r_in, std::span<float> r_out, state& s,
-                          std::vector<std::byte>& bytes) const {
-        detail::require_host(g, who);
-        check_state_size(s, g.size());
-        for (std::size_t i = 0; i < g.size(); ++i) r_out[i] = static_cast<float>(g[i]) + r_in[i];
+    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out, state& s,
+                                 std::vector<std::byte>& bytes, dtype type) const {
+        for (std::size_t i = 0; i < g.size(); ++i) r_out[i] = g[i] + r_in[i];
         check_finite(r_out.data(), r_out.size(), "the bucket plus its residual");
         draw(s, g.size());
-        const std::size_t size = write(r_out.data(), s, bytes, dtype_of<std::remove_const_t<T>>());
+        const std::size_t size = write(r_out.data(), s, bytes, type);
         const float f = factor(g.size());
         for (std::uint64_t i : s.indices) r_out[i] -= f * r_out[i];
         return size;
@@ -177,21 +173,15 @@ public:
     [[nodiscard]] std::uint64_t agreement_value(const state& s) const noexcept { return s.last_key; }
 
     /// Takes back the last encode's step (the aggregation calls it when another rank failed to encode).
-    void undo(state& s) const noexcept {
-        if (s.step > 0) --s.step;
-    }
+    void undo(state& s) const noexcept { detail::step_back(s); }
 
+    /// Blob payload: u64 step.
     void save_state(const state& s, std::vector<std::byte>& blob) const {
-        std::vector<std::byte> body;
-        wire::put_scalar<std::uint64_t>(body, s.step);
-        wire::seal_state(blob, codec_id, s.count, body);
+        detail::save_counters<1>(codec_id, s.count, {s.step}, blob);
     }
     void load_state(std::span<const std::byte> blob, state& s) const {
-        const wire::message_view m = wire::open_state(blob, codec_id, s.count, who);
-        wire::reader r(m.payload, who);
-        const auto step = r.get<std::uint64_t>("step");
-        r.expect_end();
-        s.step = step;
+        const auto v = detail::load_counters<1>(blob, codec_id, s.count, who, {"step"});
+        s.step = v[0];
     }
 
 private:

@@ -75,19 +75,15 @@ public:
     }
 
     /// Encodes v = g + r_in; r_out = v with the sent elements reduced by +-tau.
-    template <class T>
-        requires floating_element<std::remove_const_t<T>>
-    std::size_t encode_ef(tensor_view<T> g, std::span<const float> r_in, std::span<float> r_out, state& s,
-                          std::vector<std::byte>& bytes) const {
-        detail::require_host(g, who);
-        check_state_size(s, g.size());
+    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out, state& s,
+                                 std::vector<std::byte>& bytes, dtype type) const {
         detail::for_chunks(g.size(), 4096, options_.parallel, [&](std::size_t lo, std::size_t hi) {
-            for (std::size_t i = lo; i < hi; ++i) r_out[i] = static_cast<float>(g[i]) + r_in[i];
+            for (std::size_t i = lo; i < hi; ++i) r_out[i] = g[i] + r_in[i];
         });
         bool finite = true;
         detail::collect_at_least_parallel(r_out.data(), r_out.size(), options_.tau, s.selection, finite, options_.parallel);
         if (!finite) detail::throw_non_finite(who, "the bucket plus its residual");
-        const std::size_t size = write(s.selection, g.size(), bytes, dtype_of<std::remove_const_t<T>>());
+        const std::size_t size = write(s.selection, g.size(), bytes, type);
         for (std::size_t j = 0; j < s.selection.size(); ++j) {
             float& r = r_out[s.selection.index[j]];
             r -= std::signbit(r) ? -options_.tau : options_.tau;

@@ -102,15 +102,11 @@ public:
     }
 
     /// Encodes the top-k of v = g + r_in; r_out = v with the sent elements set to zero.
-    template <class T>
-        requires floating_element<std::remove_const_t<T>>
-    std::size_t encode_ef(tensor_view<T> g, std::span<const float> r_in, std::span<float> r_out, state& s,
-                          std::vector<std::byte>& bytes) const {
-        detail::require_host(g, who);
-        check_state_size(s, g.size());
-        for (std::size_t i = 0; i < g.size(); ++i) r_out[i] = static_cast<float>(g[i]) + r_in[i];
+    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out, state& s,
+                                 std::vector<std::byte>& bytes, dtype type) const {
+        for (std::size_t i = 0; i < g.size(); ++i) r_out[i] = g[i] + r_in[i];
         select(r_out.data(), r_out.size(), s);
-        const std::size_t size = write(s.selection, g.size(), bytes, dtype_of<std::remove_const_t<T>>());
+        const std::size_t size = write(s.selection, g.size(), bytes, type);
         for (std::uint64_t i : s.selection.index) r_out[i] = 0.0f;
         return size;
     }
@@ -123,21 +119,15 @@ public:
     }
 
     /// Takes back the last encode's step (the aggregation calls it when another rank failed to encode).
-    void undo(state& s) const noexcept {
-        if (s.step > 0) --s.step;
-    }
+    void undo(state& s) const noexcept { detail::step_back(s); }
 
+    /// Blob payload: u64 step.
     void save_state(const state& s, std::vector<std::byte>& blob) const {
-        std::vector<std::byte> body;
-        wire::put_scalar<std::uint64_t>(body, s.step);
-        wire::seal_state(blob, codec_id, s.count, body);
+        detail::save_counters<1>(codec_id, s.count, {s.step}, blob);
     }
     void load_state(std::span<const std::byte> blob, state& s) const {
-        const wire::message_view m = wire::open_state(blob, codec_id, s.count, who);
-        wire::reader r(m.payload, who);
-        const auto step = r.get<std::uint64_t>("step");
-        r.expect_end();
-        s.step = step;
+        const auto v = detail::load_counters<1>(blob, codec_id, s.count, who, {"step"});
+        s.step = v[0];
     }
 
 private:

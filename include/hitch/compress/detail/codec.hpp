@@ -4,6 +4,7 @@
 // the state of codecs without state, and the checks on buckets.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -69,6 +70,15 @@ void store_floats(std::span<const float> v, tensor_view<T> out) {
 template <class T>
 inline constexpr bool is_float_v = std::is_same_v<std::remove_const_t<T>, float>;
 
+/// A codec that computes its error-feedback residual in the same pass as its message (see codec_base::encode_ef).
+/// (It names the state type as a parameter so that the check waits for the call: a constraint on the class's own
+/// parameter alone would be checked, and remembered, while the codec is still incomplete.)
+template <class Derived, class State>
+concept has_fused_residual = requires(const Derived& d, std::span<const float> in, std::span<const float> r_in,
+                                      std::span<float> r_out, State& s, std::vector<std::byte>& bytes, dtype type) {
+    { d.encode_ef_floats(in, r_in, r_out, s, bytes, type) } -> std::convertible_to<std::size_t>;
+};
+
 /// The public encode / decode / decode_add of a codec, for every floating element type. Derived provides
 ///   static constexpr std::uint8_t codec_id; static constexpr std::string_view who;
 ///   std::size_t encode_floats(std::span<const float>, state&, std::vector<std::byte>&, dtype) const;
@@ -84,6 +94,22 @@ public:
         check_state_size(state, in.size());
         std::vector<float> scratch;
         return self().encode_floats(as_floats(in, scratch), state, bytes, dtype_of<std::remove_const_t<T>>());
+    }
+
+    /// Encodes v = g + r_in and writes r_out = v - D(message) in the same pass (error feedback, and the compressed
+    /// ring's hops). r_out must not overlap r_in; it is unspecified when the encode throws.
+    template <class T, class State>
+        requires(floating_element<std::remove_const_t<T>> && has_fused_residual<Derived, State>)
+    std::size_t encode_ef(tensor_view<T> g, std::span<const float> r_in, std::span<float> r_out, State& state,
+                          std::vector<std::byte>& bytes) const {
+        require_host(g, Derived::who);
+        check_state_size(state, g.size());
+        if (r_in.size() != g.size() || r_out.size() != g.size())
+            throw config_error(hitch::detail::concat(Derived::who, ": residuals of ", r_in.size(), " and ", r_out.size(),
+                                                     " elements for a bucket of ", g.size()));
+        std::vector<float> scratch;
+        return self().encode_ef_floats(as_floats(g, scratch), r_in, r_out, state, bytes,
+                                       dtype_of<std::remove_const_t<T>>());
     }
 
     /// out = the decoded message.
@@ -167,6 +193,32 @@ std::pair<bool, std::uint32_t> convert_and_checksum(std::size_t n, std::size_t w
         ok = ok && finite[c] != 0;
     }
     return {ok, total};
+}
+
+/// State blobs of codecs whose state is a few counters (steps, streams): the counters as u64, in order.
+template <std::size_t N>
+void save_counters(std::uint8_t codec, std::size_t count, const std::array<std::uint64_t, N>& values,
+                   std::vector<std::byte>& blob) {
+    std::vector<std::byte> body;
+    for (std::uint64_t v : values) wire::put_scalar<std::uint64_t>(body, v);
+    wire::seal_state(blob, codec, count, body);
+}
+template <std::size_t N>
+[[nodiscard]] std::array<std::uint64_t, N> load_counters(std::span<const std::byte> blob, std::uint8_t codec,
+                                                         std::size_t count, std::string_view who,
+                                                         const std::array<std::string_view, N>& names) {
+    const wire::message_view m = wire::open_state(blob, codec, count, who);
+    wire::reader r(m.payload, who);
+    std::array<std::uint64_t, N> values{};
+    for (std::size_t k = 0; k < N; ++k) values[k] = r.get<std::uint64_t>(names[k]);
+    r.expect_end();
+    return values;
+}
+
+/// Takes back an encode's step (codecs whose only state change per encode is their step counter).
+template <class State>
+void step_back(State& s) noexcept {
+    if (s.step > 0) --s.step;
 }
 
 /// ceil(a / b) for b > 0.
