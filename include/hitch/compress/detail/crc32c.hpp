@@ -58,7 +58,7 @@ inline constexpr crc32c_tables crc32c_table{};
 }
 
 /// Bytes per stream in the three-stream hardware loop.
-inline constexpr std::size_t crc32c_stream_bytes = 4096;
+inline constexpr std::size_t crc32c_stream_bytes = 1024;
 
 /// shift(s) = state after crc32c_stream_bytes zero bytes, as four 256-entry tables (one per byte of s).
 struct crc32c_shift_tables {
