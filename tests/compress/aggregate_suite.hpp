@@ -20,6 +20,7 @@
 #include "hitch/allreduce/group.hpp"
 #include "hitch/allreduce/partition.hpp"
 #include "hitch/compress/aggregate.hpp"
+#include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/powersgd.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "helpers.hpp"
@@ -71,17 +72,22 @@ void set_step(State& s, std::uint64_t step) {
     if constexpr (requires { s.step; }) s.step = step;
 }
 
-/// The compressed ring over p virtual ranks, serially (see aggregate.hpp); residuals are updated in place.
-template <class Codec>
+/// The compressed ring over p virtual ranks, serially (see aggregate.hpp); residuals are updated in place (codecs
+/// with hop feedback). With `bound` and `hop_bound`, hop_bound[i] receives the sum over element i's hops of the
+/// codec's error bound for that hop's input (bound(chunk values) gives one bound per element of a chunk).
+template <class Codec, class Bound = std::nullptr_t>
 std::vector<float> simulate_ring(const Codec& codec, const std::vector<std::vector<float>>& inputs,
-                                 std::vector<std::vector<float>>& residuals, std::uint64_t call) {
+                                 std::vector<std::vector<float>>& residuals, std::uint64_t call, Bound&& bound = nullptr,
+                                 std::vector<double>* hop_bound = nullptr) {
     using hop_t = typename hc::detail::ring_codec<Codec>::type;
+    constexpr bool feedback = hc::ring_hop_feedback<Codec>;
     const hop_t& hop = [&]() -> const hop_t& {
         if constexpr (hc::detail::is_error_feedback<Codec>::value) return codec.inner();
         else return codec;
     }();
     const int p = static_cast<int>(inputs.size());
     const std::size_t n = inputs[0].size();
+    if (hop_bound != nullptr) hop_bound->assign(n, 0.0);
     const auto chunk = [&](int c) { return hitch::allreduce::partition(n, p, ((c % p) + p) % p); };
     std::vector<std::vector<typename hop_t::state>> states(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r)
@@ -94,9 +100,17 @@ std::vector<float> simulate_ring(const Codec& codec, const std::vector<std::vect
     const auto encode = [&](int r, int c, const float* values, std::vector<std::byte>& out) {
         const auto b = chunk(c);
         const auto cc = static_cast<std::size_t>(((c % p) + p) % p);
-        hop.encode_ef(hitch::tensor_view<const float>(values, b.count),
-                      std::span<const float>(residuals[r].data() + b.offset, b.count),
-                      std::span<float>(next_res[r].data() + b.offset, b.count), states[r][cc], out);
+        if constexpr (!std::is_same_v<std::remove_cvref_t<Bound>, std::nullptr_t>) {
+            if (hop_bound != nullptr) {
+                const auto e = bound(std::vector<float>(values, values + b.count));
+                for (std::size_t i = 0; i < b.count; ++i) (*hop_bound)[b.offset + i] += e[i];
+            }
+        }
+        if constexpr (feedback)
+            hop.encode_ef(hitch::tensor_view<const float>(values, b.count),
+                          std::span<const float>(residuals[r].data() + b.offset, b.count),
+                          std::span<float>(next_res[r].data() + b.offset, b.count), states[r][cc], out);
+        else hop.encode(hitch::tensor_view<const float>(values, b.count), states[r][cc], out);
     };
     std::vector<std::vector<std::byte>> msg(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) encode(r, r, inputs[r].data() + chunk(r).offset, msg[r]);
@@ -117,7 +131,7 @@ std::vector<float> simulate_ring(const Codec& codec, const std::vector<std::vect
         const auto b = chunk(r + 1);
         hop.decode(msg[r], hitch::tensor_view<float>(result.data() + b.offset, b.count));
     }
-    residuals = next_res;
+    if constexpr (feedback) residuals = next_res;
     return result;
 }
 
@@ -228,16 +242,18 @@ void low_rank_equals_reference(C& comm, const hc::powersgd& codec, std::span<con
     }
 }
 
-/// aggregate() over a ring codec equals the serial simulation bit for bit, stays within the codec's bound of the
-/// all-gather aggregation, and conserves: sum of inputs and old residuals = result + sum of new residuals.
-/// per_element_bound(g) gives the codec's error bound for each element of one rank's contribution g.
+/// aggregate() over a ring codec equals the serial simulation bit for bit. With hop feedback it conserves (sum of
+/// inputs and old residuals = result + sum of new residuals, to rounding); without, its error is within the sum of
+/// the codec's bounds over each element's hops. Either way it stays within the codec's bounds of the all-gather
+/// aggregation. per_element_bound(g) gives the codec's error bound for each element of an input g.
 template <hitch::communicator C, class Codec, class Bound>
 void ring_matches_references(C& comm, const Codec& codec, std::size_t n, Bound&& per_element_bound, int steps = 3) {
+    constexpr bool feedback = hc::ring_hop_feedback<Codec>;
     hitch::allreduce::group g(comm);
     const int p = comm.size(), me = comm.rank();
     auto st = hc::make_aggregation_state(codec, n);
     auto gather_state = hc::make_aggregation_state(codec, n);
-    std::vector<std::vector<float>> residuals(static_cast<std::size_t>(p), std::vector<float>(n, 0.0f));
+    std::vector<std::vector<float>> residuals(static_cast<std::size_t>(p), std::vector<float>(feedback ? n : 0, 0.0f));
     for (int t = 0; t < steps; ++t) {
         std::vector<std::vector<float>> inputs;
         for (int r = 0; r < p; ++r) inputs.push_back(data_of(n, t, r, false));
@@ -245,43 +261,94 @@ void ring_matches_references(C& comm, const Codec& codec, std::size_t n, Bound&&
         auto bucket = inputs[static_cast<std::size_t>(me)];
         const auto stats = hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket));
         require(stats.path == hc::aggregation_path::compressed_ring, "path");
-        const auto sim = simulate_ring(codec, inputs, residuals, static_cast<std::uint64_t>(t));
+        std::vector<double> hop_bound;
+        const auto sim = simulate_ring(codec, inputs, residuals, static_cast<std::uint64_t>(t), per_element_bound, &hop_bound);
         require(same_values(bucket, sim), hitch::detail::concat(Codec::name, " ring, p = ", p, ", step ", t, ": ",
-                                                             describe_difference(bucket, sim)));
-        const auto& mine_res = [&]() -> const std::vector<float>& {
-            if constexpr (hc::detail::is_error_feedback<Codec>::value) return st.codec.residual;
-            else return st.ring_residual;
-        }();
-        require(same_values(mine_res, residuals[static_cast<std::size_t>(me)]), "ring residual equals the simulation's");
-        // Conservation, with the rounding of 2 p additions per element bounded by the magnitudes involved.
-        for (std::size_t i = 0; i < n; ++i) {
-            double lhs = 0, rhs = bucket[i], scale = std::fabs(bucket[i]);
-            for (int r = 0; r < p; ++r) {
-                lhs += static_cast<double>(inputs[r][i]) + old_res[r][i];
-                rhs += residuals[r][i];
-                scale += std::fabs(inputs[r][i]) + std::fabs(old_res[r][i]) + std::fabs(residuals[r][i]);
+                                                               describe_difference(bucket, sim)));
+        std::vector<double> ring_error(n, 0.0);  // a bound on |ring - sum of inputs|
+        if constexpr (feedback) {
+            const auto& mine_res = [&]() -> const std::vector<float>& {
+                if constexpr (hc::detail::is_error_feedback<Codec>::value) return st.codec.residual;
+                else return st.ring_residual;
+            }();
+            require(same_values(mine_res, residuals[static_cast<std::size_t>(me)]), "ring residual equals the simulation's");
+            // Conservation, with the rounding of 2 p additions per element bounded by the magnitudes involved.
+            for (std::size_t i = 0; i < n; ++i) {
+                double lhs = 0, rhs = bucket[i], scale = std::fabs(bucket[i]);
+                for (int r = 0; r < p; ++r) {
+                    lhs += static_cast<double>(inputs[r][i]) + old_res[r][i];
+                    rhs += residuals[r][i];
+                    scale += std::fabs(inputs[r][i]) + std::fabs(old_res[r][i]) + std::fabs(residuals[r][i]);
+                    ring_error[i] += std::fabs(residuals[r][i]) + std::fabs(old_res[r][i]);
+                }
+                require(std::fabs(lhs - rhs) <= 4.0 * p * std::ldexp(scale, -23) + 1e-30,
+                        hitch::detail::concat(Codec::name, " ring conservation, element ", i, ": ", lhs, " vs ", rhs));
             }
-            require(std::fabs(lhs - rhs) <= 4.0 * p * std::ldexp(scale, -23) + 1e-30,
-                    hitch::detail::concat(Codec::name, " ring conservation, element ", i, ": ", lhs, " vs ", rhs));
+        } else {
+            // No residual: each hop's error is within the codec's bound for that hop's input.
+            for (std::size_t i = 0; i < n; ++i) {
+                double truth = 0, scale = 0;
+                for (int r = 0; r < p; ++r) truth += inputs[r][i], scale += std::fabs(inputs[r][i]);
+                ring_error[i] = hop_bound[i] * (1 + 1e-5) + 4.0 * p * std::ldexp(scale + std::fabs(bucket[i]), -23);
+                require(std::fabs(bucket[i] - truth) <= ring_error[i] + 1e-12,
+                        hitch::detail::concat(Codec::name, " ring error, element ", i, ": ", bucket[i] - truth,
+                                              " beyond the hops' bound ", ring_error[i]));
+            }
         }
         // Within the codec's bound of the all-gather aggregation (both compared with the exact sum).
         auto gathered = inputs[static_cast<std::size_t>(me)];
         hc::aggregate_allgather(g, codec, gather_state, hitch::tensor_view<float>(gathered));
+        // error_feedback's all-gather carries residuals of its own after the first step: compare then only.
+        if (hc::detail::is_error_feedback<Codec>::value && t > 0) continue;
         std::vector<std::vector<double>> bounds;
         for (int r = 0; r < p; ++r) bounds.push_back(per_element_bound(inputs[r]));
         for (std::size_t i = 0; i < n; ++i) {
-            double ring_bound = 0, gather_bound = 0;
-            for (int r = 0; r < p; ++r) {
-                ring_bound += std::fabs(residuals[r][i]) + std::fabs(old_res[r][i]);
-                gather_bound += bounds[r][i];
-            }
-            // error_feedback's all-gather carries residuals of its own after the first step: compare then only.
-            if (hc::detail::is_error_feedback<Codec>::value && t > 0) break;
-            const double limit = ring_bound + gather_bound;
+            double gather_bound = 0;
+            for (int r = 0; r < p; ++r) gather_bound += bounds[r][i];
+            const double limit = ring_error[i] + gather_bound;
             require(std::fabs(static_cast<double>(bucket[i]) - gathered[i]) <= limit * (1 + 1e-5) + 1e-12,
                     hitch::detail::concat(Codec::name, " ring vs allgather, element ", i, ": ", bucket[i], " vs ",
                                           gathered[i], " bound ", limit));
         }
+    }
+}
+
+/// The ring over an unbiased codec is unbiased. Fixed inputs, fresh rounding every step: for three fixed random
+/// sign vectors w, Z_t = sum_i w_i (result_t,i - sum of inputs_i) has mean 0, and Z is a sum of hundreds of
+/// independent-given-the-past rounding errors, so the mean of T samples lies within 6 standard errors (estimated
+/// from the same samples) of 0. (Element by element the rounding of a tiny value is a rare event whose variance T
+/// samples cannot estimate; the weighted sums test every element at once.)
+template <hitch::communicator C, class Codec>
+void ring_is_unbiased(C& comm, const Codec& codec, std::size_t n, int steps) {
+    hitch::allreduce::group g(comm);
+    const int p = comm.size(), me = comm.rank();
+    auto st = hc::make_aggregation_state(codec, n);
+    std::vector<double> truth(n, 0.0);
+    for (int r = 0; r < p; ++r) {
+        const auto x = data_of(n, 0, r, false);
+        for (std::size_t i = 0; i < n; ++i) truth[i] += x[i];
+    }
+    std::vector<std::vector<double>> w(3, std::vector<double>(n));
+    hc::detail::xoshiro256ss rng(12345);
+    for (auto& v : w)
+        for (auto& x : v) x = (rng() & 1u) ? 1.0 : -1.0;
+    std::vector<double> sum(3, 0.0), sum2(3, 0.0);
+    for (int t = 0; t < steps; ++t) {
+        auto bucket = data_of(n, 0, me, false);
+        hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket));
+        for (std::size_t k = 0; k < 3; ++k) {
+            double z = 0;
+            for (std::size_t i = 0; i < n; ++i) z += w[k][i] * (bucket[i] - truth[i]);
+            sum[k] += z;
+            sum2[k] += z * z;
+        }
+    }
+    for (std::size_t k = 0; k < 3; ++k) {
+        const double mean = sum[k] / steps, var = std::max(0.0, sum2[k] / steps - mean * mean);
+        require(var > 0, "the ring's result varies from step to step");
+        require(std::fabs(mean) <= 6.0 * std::sqrt(var / steps),
+                hitch::detail::concat(Codec::name, " ring bias: mean of the weighted error ", mean, " beyond 6 x ",
+                                      std::sqrt(var / steps)));
     }
 }
 
@@ -293,7 +360,7 @@ void failure_reaches_every_rank(C& comm, const Codec& codec, std::size_t n, Resi
     auto st = hc::make_aggregation_state(codec, n);
     auto bucket = data_of(n, 0, me, false);
     hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket));  // one good step first
-    const std::vector<float> before = residual_of(st);
+    const auto before = residual_of(st);
     bucket = data_of(n, 1, me, false);
     if (me == comm.size() - 1) bucket[n / 2] = std::numeric_limits<float>::quiet_NaN();
     bool threw = false;

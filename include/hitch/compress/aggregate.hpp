@@ -19,7 +19,8 @@
 // servers, here at every hop of a ring): the bucket is cut into p chunks. In p - 1 reduce-scatter steps each rank
 // receives a chunk's compressed partial sum from its left neighbour, decodes it, adds its own contribution, and
 // re-encodes it with error feedback: what the re-encoding loses stays in this rank's residual for that chunk and is
-// added the next time it encodes the chunk. Each rank then holds one fully reduced chunk, encodes it once more with
+// added the next time it encodes the chunk (for codecs that need error feedback, see ring_hop_feedback; unbiased
+// quantisers re-encode without a residual). Each rank then holds one fully reduced chunk, encodes it once more with
 // its residual, and p - 1 all-gather steps pass those messages around unchanged; every rank decodes the same p
 // messages, so the result is the same bits everywhere. Traffic stays compressed end to end: 2 (p - 1) messages of
 // a chunk per rank. Each rank encodes every chunk exactly once per call, so one residual the size of the bucket
@@ -92,6 +93,14 @@ struct ring_codec<error_feedback<Codec>> {
 
 }  // namespace detail
 
+/// Whether the compressed ring keeps a residual at every hop: for codecs that need error feedback (biased ones such as
+/// onebit, whose compression is a contraction) and for any codec the user wrapped in error_feedback. Unbiased
+/// quantisers (qsgd, terngrad) re-encode at each hop without one: error feedback on an unbiased quantiser whose
+/// variance exceeds the energy of its input (QSGD with s = 7 on groups of 512: up to 3.2 ||v||^2) is not a
+/// contraction, its residual grows step after step, while unbiased hops keep the sum unbiased.
+template <class Codec>
+inline constexpr bool ring_hop_feedback = detail::is_error_feedback<Codec>::value || Codec::needs_error_feedback;
+
 /// The path `aggregate` takes for Codec.
 template <class Codec>
 inline constexpr aggregation_path aggregation_path_of = [] {
@@ -147,7 +156,7 @@ template <compressor Codec>
     s.codec = std::move(codec_state);
     s.count = count;
     if constexpr (aggregation_path_of<Codec> == aggregation_path::compressed_ring &&
-                  !detail::is_error_feedback<Codec>::value) {
+                  !detail::is_error_feedback<Codec>::value && ring_hop_feedback<Codec>) {
         s.ring_residual.assign(count, 0.0f);
         s.ring_next.assign(count, 0.0f);
     }
@@ -411,9 +420,10 @@ template <communicator C, compressor Codec, floating_element T>
 aggregation_stats aggregate_ring(allreduce::group<C>& g, const Codec& codec, aggregation_state<Codec>& s,
                                  tensor_view<T> bucket, const aggregate_options& options = {}) {
     using hop_codec_t = typename detail::ring_codec<Codec>::type;
-    static_assert(residual_compressor<hop_codec_t>,
-                  "aggregate_ring: the codec must re-encode at every hop with a residual: it (or the codec inside "
-                  "error_feedback) must model hitch::residual_compressor (encode_ef)");
+    constexpr bool feedback = ring_hop_feedback<Codec>;
+    static_assert(!feedback || residual_compressor<hop_codec_t>,
+                  "aggregate_ring: a codec that needs error feedback re-encodes at every hop with a residual: it (or "
+                  "the codec inside error_feedback) must model hitch::residual_compressor (encode_ef)");
     detail::require_bucket(bucket, s.count);
     constexpr bool wrapped = detail::is_error_feedback<Codec>::value;
     const hop_codec_t& hop = [&]() -> const hop_codec_t& {
@@ -449,11 +459,14 @@ aggregation_stats aggregate_ring(allreduce::group<C>& g, const Codec& codec, agg
         detail::set_stream(chunk_states.back(), me);
     }
     const auto chunk = [&](int c) { return allreduce::partition(n, p, ((c % p) + p) % p); };
-    const auto encode_chunk = [&](int c, const float* values, std::vector<std::byte>& out) {
+    const auto encode_chunk = [&](int c, const float* values, std::vector<std::byte>& out) -> std::size_t {
         const allreduce::block b = chunk(c);
-        return hop.encode_ef(tensor_view<const float>(values, b.count), std::span<const float>(r_in.data() + b.offset, b.count),
-                             std::span<float>(r_out.data() + b.offset, b.count),
-                             chunk_states[static_cast<std::size_t>(((c % p) + p) % p)], out);
+        auto& cs = chunk_states[static_cast<std::size_t>(((c % p) + p) % p)];
+        if constexpr (feedback)
+            return hop.encode_ef(tensor_view<const float>(values, b.count),
+                                 std::span<const float>(r_in.data() + b.offset, b.count),
+                                 std::span<float>(r_out.data() + b.offset, b.count), cs, out);
+        else return hop.encode(tensor_view<const float>(values, b.count), cs, out);
     };
 
     // The status of this rank, and the first failure heard of (rank << 8 | code), travel in every size message.
@@ -558,7 +571,7 @@ aggregation_stats aggregate_ring(allreduce::group<C>& g, const Codec& codec, agg
         hop.decode(std::span<const std::byte>(s.messages[static_cast<std::size_t>(c)]),
                    tensor_view<float>(s.accumulator.data() + b.offset, b.count));
     }
-    std::swap(r_in, r_out);
+    if constexpr (feedback) std::swap(r_in, r_out);
     if constexpr (requires { hop_state.step; }) ++hop_state.step;
     detail::write_result(s.accumulator, bucket, options.average, p);
     return stats;
