@@ -5,6 +5,8 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 #include <exception>
 #include <functional>
 #include <iostream>
@@ -81,8 +83,20 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
     app.add_flag("!--no-progress-bar", c.progress_bar, "Plain progress lines even on a terminal");
 }
 
+/// OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to slower kernels; it reads its kernel choice
+/// (OPENBLAS_CORETYPE) only when it is loaded, so the program restarts itself once with the faster choice set.
+/// Runs before MPI starts; an explicit OPENBLAS_CORETYPE is respected, and a failed restart just carries on.
+inline void prefer_faster_blas_kernels(char** argv) {
+    if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+    if (const auto core = nn::faster_blas_core()) {
+        ::setenv("OPENBLAS_CORETYPE", core->c_str(), 1);
+        ::execv("/proc/self/exe", argv);
+    }
+}
+
 /// Runs the trainer; returns the process exit status.
 inline int run_main(int argc, char** argv, const example_info& info, const task_factory& make_task) {
+    prefer_faster_blas_kernels(argv);
     train_config config = info.defaults;
     config.example = info.example;
     CLI::App app{info.program + ": train an example model data-parallel with hitch"};
@@ -127,10 +141,10 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
         const task t = make_task(config, keep);
         if (world_rank == 0)
             std::printf("%s: %s on %d %s, %zu training and %zu test samples, optimizer %s, compressor %s, sync %s, "
-                        "all-reduce %s\n",
+                        "all-reduce %s, BLAS kernels %s\n",
                         info.program.c_str(), config.model.c_str(), world_size, on_threads ? "threads" : "MPI ranks",
                         t.train->size(), t.test->size(), config.optimizer.c_str(), config.compressor.c_str(),
-                        config.sync.c_str(), config.allreduce.c_str());
+                        config.sync.c_str(), config.allreduce.c_str(), nn::blas_core().c_str());
         train_result result;
         if (on_threads) {
             result = hitch::comm::run_local(config.threads, [&](hitch::comm::local& comm) {
