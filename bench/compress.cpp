@@ -1,8 +1,9 @@
 // hitch-bench-compress: encode and decode throughput of every codec on ResNet-50's gradients (25,557,032 floats in
-// its 161 parameter tensors, one bucket per tensor, with per-layer magnitudes like those of a training run), next
-// to a memory read pass over the same floats in the same run.
+// its 161 parameter tensors, with per-layer magnitudes like those of a training run), fused into buckets of
+// --bucket-mib (25 MiB, as data_parallel and DDP fuse them; 0: one bucket per tensor), next to a memory read pass
+// over the same floats in the same run.
 //
-//   hitch-bench-compress [--json] [--repeats N] [--only name,name] [--no-check] [--aggregate]
+//   hitch-bench-compress [--json] [--repeats N] [--only name,name] [--no-check] [--aggregate] [--bucket-mib M]
 //
 // encode_GBs and decode_GBs count 4 bytes per gradient element (the float bucket read, or rebuilt); bound_GBs is
 // the read pass (a sum over the floats), the faster of one thread and all of hitch's thread pool, since a codec
@@ -13,7 +14,7 @@
 //    "decode_GBs":...,"bound_GBs":...}
 // and the comparisons (encode / bound, sampled / exact top-k, selected k) go to stderr. Without --json a table
 // and the comparisons go to stdout. Every message is decoded and checked against the codec's bound unless
-// --no-check. --aggregate also times one data-parallel step's exchange of all 161 buckets between 2 ranks of
+// --no-check. --aggregate also times one data-parallel step's exchange of all buckets between 2 ranks of
 // comm::local (threads sharing memory, so communication runs at memory speed) with several codecs, as comment
 // lines: the case where compression cannot pay.
 
@@ -57,8 +58,22 @@ struct layer {
     std::size_t rows;  // output channels (or the length of a vector)
     std::size_t cols;  // inputs x kernel area (1 for vectors)
     float scale;       // standard deviation of its gradients
+    std::vector<hc::matrix_shape> parts{};  // a fused bucket: the shapes of the tensors it holds
     [[nodiscard]] std::size_t size() const { return rows * cols; }
 };
+
+/// Consecutive tensors fused into buckets of at most `bucket_bytes` (a larger tensor alone), as data_parallel and
+/// PyTorch DDP fuse gradients before compressing them; each bucket keeps its tensors' matrix shapes.
+std::vector<layer> fuse(const std::vector<layer>& layers, std::size_t bucket_bytes) {
+    std::vector<layer> buckets;
+    for (const auto& l : layers) {
+        if (buckets.empty() || (buckets.back().size() + l.size()) * sizeof(float) > bucket_bytes)
+            buckets.push_back({"bucket " + std::to_string(buckets.size()), 0, 1, 0.0f, {}});
+        buckets.back().rows += l.size();
+        buckets.back().parts.push_back({l.rows, l.cols});
+    }
+    return buckets;
+}
 
 /// ResNet-50 (He et al. 2016, torchvision's layout): every parameter tensor in order, 25,557,032 floats. Gradient
 /// scales follow what a training run shows: smaller for wide convolutions (fan-in), larger for batch-norm
@@ -288,6 +303,7 @@ double time_exchange(const Codec& codec, const bench_data& d, int ranks, int ste
 int main(int argc, char** argv) {
     bool json = false, verify = true, aggregate = false;
     int repeats = 5;
+    double bucket_mib = 25.0;
     std::vector<std::string> only;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -295,6 +311,7 @@ int main(int argc, char** argv) {
         else if (a == "--no-check") verify = false;
         else if (a == "--aggregate") aggregate = true;
         else if (a == "--repeats" && i + 1 < argc) repeats = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--bucket-mib" && i + 1 < argc) bucket_mib = std::max(0.0, std::atof(argv[++i]));
         else if (a == "--only" && i + 1 < argc) {
             std::string list = argv[++i];
             for (std::size_t p = 0; p <= list.size();) {
@@ -303,7 +320,8 @@ int main(int argc, char** argv) {
                 p = q + 1;
             }
         } else {
-            std::fprintf(stderr, "usage: hitch-bench-compress [--json] [--repeats N] [--only a,b] [--no-check] [--aggregate]\n");
+            std::fprintf(stderr, "usage: hitch-bench-compress [--json] [--repeats N] [--only a,b] [--no-check] [--aggregate] "
+                                 "[--bucket-mib M (default 25; 0: one bucket per tensor)]\n");
             return 2;
         }
     }
@@ -318,6 +336,12 @@ int main(int argc, char** argv) {
     }
     d.g = gradients(d.layers);
     d.out.assign(n, 0.0f);
+    if (bucket_mib > 0) {  // codecs see fused buckets, as in data_parallel; the gradients keep per-layer magnitudes
+        d.layers = fuse(d.layers, static_cast<std::size_t>(bucket_mib * 1024 * 1024));
+        d.offsets.clear();
+        std::size_t at = 0;
+        for (const auto& l : d.layers) d.offsets.push_back(at), at += l.size();
+    }
     const double tau = 3e-3;  // about 0.5% of the elements reach it (Strom's example sends 0.36%)
 
     std::vector<runner> runners;
@@ -326,6 +350,7 @@ int main(int argc, char** argv) {
         if (want(r.impl)) runners.push_back(std::move(r));
     };
     const auto powersgd_state = [](const hc::powersgd& c, const layer& l) {
+        if (!l.parts.empty()) return c.make_state(l.size(), std::span<const hc::matrix_shape>(l.parts));
         const hc::matrix_shape shape{l.rows, l.cols};
         return c.make_state(l.size(), std::span(&shape, 1));
     };

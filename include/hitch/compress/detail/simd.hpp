@@ -28,17 +28,14 @@
 #define HITCH_TARGET_SSE42
 #endif
 
-// No fused multiply-add contraction in the kernels, whatever the user's flags or the target of a wide build, so
-// every build computes the same bits: GCC contracts across statements when FMA is available (AVX-512 brings it),
-// so kernels and the run_* wrappers they are inlined into sit between these; Clang contracts only inside one
-// expression, which the kernels avoid (a product is always its own statement).
-#if defined(__GNUC__) && !defined(__clang__)
-#define HITCH_COMPRESS_STRICT_FP_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"fp-contract=off\")")
-#define HITCH_COMPRESS_STRICT_FP_END _Pragma("GCC pop_options")
-#else
+// No fused multiply-add contraction in the kernels, whatever the target of a wide build, so every build computes
+// the same bits: hitch::hitch carries -ffp-contract=off for GCC and Clang (CMakeLists.txt), which also holds inside
+// functions with an AVX2 or AVX-512 target attribute. (GCC's optimize pragma would scope it to the kernels, but
+// GCC 12 miscompiles code compiled after such a region; see hitch/optim/detail/strict_fp.hpp.) Clang contracts only
+// inside one expression, which the kernels avoid (a product is always its own statement). The macros mark the
+// kernels and expand to nothing.
 #define HITCH_COMPRESS_STRICT_FP_BEGIN
 #define HITCH_COMPRESS_STRICT_FP_END
-#endif
 
 #if defined(__GNUC__) || defined(__clang__)
 #define HITCH_COMPRESS_ALWAYS_INLINE [[gnu::always_inline]] inline
