@@ -1,7 +1,8 @@
 #pragma once
 // hitch::allreduce::automatic: picks a schedule per call from the world size and the byte count with the
 // alpha-beta-gamma cost model (hitch/allreduce/cost.hpp): the candidate with the smallest predicted time wins.
-// Candidates: recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, and the communicator's own
+// Candidates: recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, parameter_server (one shard
+// per rank, which on a shared address space reads and writes each element once), and the communicator's own
 // all-reduce (native) where it has one and hitch/allreduce/native.hpp is included.
 //
 // The constants are measured once per group by the first call that needs them: a ping-pong for alpha, a 1 MiB
@@ -30,6 +31,7 @@
 #include "hitch/allreduce/binary_tree.hpp"
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/double_binary_tree.hpp"
+#include "hitch/allreduce/parameter_server.hpp"
 #include "hitch/allreduce/rabenseifner.hpp"
 #include "hitch/allreduce/recursive_doubling.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
@@ -68,7 +70,8 @@ struct native_for {
 /// communicator. The same on every rank.
 struct automatic_profile {
     static constexpr int probes = 6;      // 4 KiB, 16 KiB, ... 4 MiB
-    static constexpr int candidates = 6;  // recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, native
+    static constexpr int candidates = 7;  // recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree,
+                                          // parameter_server, native
     std::array<double, probes> bytes{};
     std::array<std::array<double, probes>, candidates> seconds{};  // 0: not measured (native unavailable)
 };
@@ -83,6 +86,8 @@ public:
         ::hitch::allreduce::rabenseifner::options rabenseifner{};
         ::hitch::allreduce::binary_tree::options binary_tree{};
         ::hitch::allreduce::double_binary_tree::options double_binary_tree{};
+        /// The parameter-server candidate is sharded over every rank (servers is capped at the world size).
+        ::hitch::allreduce::parameter_server::options parameter_server{.servers = 1 << 20};
 
         void validate() const {
             if (constants) constants->validate();
@@ -91,6 +96,7 @@ public:
             rabenseifner.validate();
             binary_tree.validate();
             double_binary_tree.validate();
+            parameter_server.validate();
         }
     };
 
@@ -104,7 +110,8 @@ public:
           recursive_doubling_(o.recursive_doubling),
           rabenseifner_(o.rabenseifner),
           binary_tree_(o.binary_tree),
-          double_binary_tree_(o.double_binary_tree) {
+          double_binary_tree_(o.double_binary_tree),
+          parameter_server_(o.parameter_server) {
         options_.validate();
     }
     [[nodiscard]] const options& settings() const noexcept { return options_; }
@@ -124,7 +131,8 @@ public:
     }
 
     /// The name of the schedule the model picks for p ranks and n bytes (the first of equally cheap ones, in the
-    /// order recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, native); with a profile,
+    /// order recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, parameter_server, native); with
+    /// a profile,
     /// each model is first scaled by its measured ratio.
     [[nodiscard]] std::string_view choose(int p, std::size_t n_bytes, const cost_constants& k,
                                           const automatic_profile* profile = nullptr) const {
@@ -154,6 +162,7 @@ public:
         if (pick == rabenseifner::name) return rabenseifner_.run(t, data, op);
         if (pick == binary_tree::name) return binary_tree_.run(t, data, op);
         if (pick == double_binary_tree::name) return double_binary_tree_.run(t, data, op);
+        if (pick == parameter_server::name) return parameter_server_.run(t, data, op);
         if constexpr (has_native_allreduce<C>::value) {
             return typename detail::native_for<C>::type{}.run(t, data, op);
         }
@@ -233,6 +242,7 @@ public:
                 time([&] { rabenseifner_.run(t, probe, reduce_op::sum); });
                 time([&] { binary_tree_.run(t, probe, reduce_op::sum); });
                 time([&] { double_binary_tree_.run(t, probe, reduce_op::sum); });
+                time([&] { parameter_server_.run(t, probe, reduce_op::sum); });
                 if constexpr (has_native_allreduce<C>::value)
                     time([&] { typename detail::native_for<C>::type{}.run(t, probe, reduce_op::sum); });
             }
@@ -357,6 +367,7 @@ private:
         f(rabenseifner::name, rabenseifner_);
         f(binary_tree::name, binary_tree_);
         f(double_binary_tree::name, double_binary_tree_);
+        f(parameter_server::name, parameter_server_);
         if (k.has_native()) f(std::string_view("native"), native_model{});
     }
     /// The native all-reduce as measured.
@@ -370,6 +381,7 @@ private:
     rabenseifner rabenseifner_{};
     binary_tree binary_tree_{};
     double_binary_tree double_binary_tree_{};
+    parameter_server parameter_server_{parameter_server::options{.servers = 1 << 20}};
 };
 
 static_assert(hitch::allreduce_schedule<automatic, comm::local>,

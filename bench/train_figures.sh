@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The training figures of docs/benchmarks.md ("Training"), each run's final JSON line to stdout (prefixed by the
+# command that produced it) and per-step metrics under $OUT. Fashion-MNIST from /usr/share/datasets/fashion-mnist.
+#
+#   bench/train_figures.sh [build dir] [which: all|accuracy|ranks|compressors|large_batch]
+set -euo pipefail
+build="${1:-build}"
+which="${2:-all}"
+out="${OUT:-$build/train-figures}"
+mkdir -p "$out"
+mnist="$build/examples/mnist/hitch-mnist"
+run() {  # name, then the command
+  local name="$1"; shift
+  echo "# $name: $*"
+  "$@" --metrics "$out/$name.jsonl" --no-progress-bar | tail -n 1
+}
+if [[ "$which" == all || "$which" == accuracy ]]; then
+  run mlp_2ranks mpiexec -n 2 "$mnist" --model mlp --epochs 10 --batch-size 128 --lr 0.05
+  run cnn_2ranks mpiexec -n 2 "$mnist" --model cnn --epochs 8 --batch-size 128 --lr 0.05
+fi
+if [[ "$which" == all || "$which" == ranks ]]; then
+  run mlp_1rank mpiexec -n 1 "$mnist" --model mlp --epochs 10 --batch-size 128 --lr 0.05
+  [[ -f "$out/mlp_2ranks.jsonl" ]] || run mlp_2ranks mpiexec -n 2 "$mnist" --model mlp --epochs 10 --batch-size 128 --lr 0.05
+fi
+if [[ "$which" == all || "$which" == compressors ]]; then
+  for c in fp16 bf16 onebit threshold topk dgc randomk qsgd terngrad powersgd; do
+    extra=()
+    case "$c" in
+      topk|dgc) extra=(--density 0.01) ;;
+      randomk) extra=(--density 0.25) ;;
+      threshold) extra=(--tau 0.001) ;;
+    esac
+    run "mlp_2ranks_$c" mpiexec -n 2 "$mnist" --model mlp --epochs 10 --batch-size 128 --lr 0.05 --compressor "$c" "${extra[@]}"
+  done
+fi
+if [[ "$which" == all || "$which" == large_batch ]]; then
+  # Goyal et al. 2017: batch 256 at lr 0.05 (the reference), then batch 8192 = 32 x 256 at 32 x 0.05 = 1.6 with a
+  # 2-epoch linear warm-up from lr / 10, with momentum SGD and with LARS (You et al. 2017: global lr in the range
+  # the paper uses, trust coefficient 0.001), all for the same 10 epochs.
+  run large_b256 mpiexec -n 2 "$mnist" --model mlp --epochs 10 --batch-size 256 --lr 0.05
+  run large_b8192_momentum mpiexec -n 2 "$mnist" --model mlp --epochs 10 --batch-size 8192 --lr 1.6 --warmup-epochs 2
+  run large_b8192_lars mpiexec -n 2 "$mnist" --model mlp --epochs 10 --batch-size 8192 --lr 1.6 --warmup-epochs 2 --optimizer lars --lars-eta 0.001
+  run large_b8192_lars_lr8 mpiexec -n 2 "$mnist" --model mlp --epochs 10 --batch-size 8192 --lr 8 --warmup-epochs 2 --optimizer lars --lars-eta 0.001
+fi
