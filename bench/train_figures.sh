@@ -28,7 +28,7 @@ if [[ "$which" == all || "$which" == compressors ]]; then
     case "$c" in
       topk|dgc) extra=(--density 0.01) ;;
       randomk) extra=(--density 0.25) ;;
-      threshold) extra=(--tau 0.001) ;;
+      threshold) extra=(--tau 0.1) ;;
     esac
     run "mlp_2ranks_$c" mpiexec -n 2 "$mnist" --model mlp --epochs 10 --batch-size 128 --lr 0.05 --compressor "$c" "${extra[@]}"
   done

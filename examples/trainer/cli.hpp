@@ -64,6 +64,17 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
     app.add_option("--seed", c.seed, "Seed of the model initialisation and the data order")->capture_default_str();
     app.add_option("--density", c.density, "Fraction sent by topk, dgc, randomk")->check(CLI::Range(1e-6, 1.0))->capture_default_str();
     app.add_option("--tau", c.threshold_tau, "Threshold of Strom's codec")->check(CLI::PositiveNumber)->capture_default_str();
+    app.add_option("--onebit-group", c.onebit_group, "Elements per pair of onebit reconstruction values (0: whole bucket)")
+        ->check([](const std::string& v) {
+            return !v.empty() && v.size() < 12 && v.find_first_not_of("0123456789") == std::string::npos &&
+                           std::stoull(v) % 8 == 0
+                       ? std::string{}
+                       : std::string("must be 0 or a positive multiple of 8");
+        })
+        ->capture_default_str();
+    app.add_option("--terngrad-clip", c.terngrad_clip, "TernGrad clipping at c standard deviations (0: off)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     app.add_option("--qsgd-levels", c.qsgd_levels, "QSGD levels s")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
     app.add_option("--powersgd-rank", c.powersgd_rank, "PowerSGD rank r")->check(CLI::Range(1, 64))->capture_default_str();
     app.add_option("--local-sgd-period", c.local_sgd_period, "Local steps between averages")->check(CLI::PositiveNumber)->capture_default_str();

@@ -1,6 +1,7 @@
 #pragma once
-// Explicit instantiations of the training loop for one optimizer: every compressor with hard sync, and local SGD
-// with no compressor, over comm::local and comm::mpi. One optimizer per .cpp file so the build runs them in parallel.
+// Explicit instantiations of the training loop for one optimizer: every compressor with hard sync (dgc only with
+// sgd: instantiate_sgd.cpp), and local SGD with no compressor, over comm::local and comm::mpi. One optimizer per
+// .cpp file so the build runs them in parallel.
 
 #include "hitch/comm/local.hpp"
 #include "hitch/allreduce/native.hpp"
@@ -20,8 +21,7 @@
     HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::onebit>, hitch::sync::hard) \
     HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::threshold>, hitch::sync::hard) \
     HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::topk>, hitch::sync::hard)   \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::dgc, hitch::sync::hard)                                   \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::randomk, hitch::sync::hard)                               \
+    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::randomk>, hitch::sync::hard) \
     HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::qsgd, hitch::sync::hard)                                  \
     HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::terngrad, hitch::sync::hard)                              \
     HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::powersgd, hitch::sync::hard)

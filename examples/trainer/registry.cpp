@@ -16,9 +16,19 @@ std::vector<std::string> lr_schedule_names() {
     return {"constant", "step", "multistep", "cosine", "polynomial", "onecycle", "cyclical"};
 }
 
+/// DGC's momentum correction is the optimizer's momentum moved before the sparsification (Lin et al. 2018), so
+/// "--optimizer momentum --compressor dgc" runs plain SGD on what DGC sends, with DGC keeping the momentum (see
+/// make_compressor); stacking both momenta would square the step and diverge.
+std::string optimizer_type_name(const train_config& c) {
+    if (c.compressor != "dgc") return c.optimizer;
+    if (c.optimizer == "sgd" || c.optimizer == "momentum" || c.optimizer == "nesterov") return "sgd";
+    throw std::invalid_argument("--compressor dgc applies momentum itself (momentum correction, Lin et al. 2018); it "
+                                "takes --optimizer sgd, momentum or nesterov (got '" + c.optimizer + "')");
+}
+
 template <class C>
 train_result train(C& comm, const train_config& c, const task& t) {
-    return with_optimizer(c.optimizer, [&](auto o) {
+    return with_optimizer(optimizer_type_name(c), [&](auto o) {
         using O = typename decltype(o)::type;
         return with_sync(c.sync, [&](auto p) {
             using P = typename decltype(p)::type;
@@ -28,9 +38,12 @@ train_result train(C& comm, const train_config& c, const task& t) {
                                                 "--compressor none (got '" + c.compressor + "')");
                 return train_with<O, hitch::compress::none, P, C>(comm, c, t);
             } else {
-                return with_compressor(c.compressor, [&](auto x) {
+                return with_compressor(c.compressor, [&](auto x) -> train_result {
                     using X = typename decltype(x)::type;
-                    return train_with<O, X, P, C>(comm, c, t);
+                    if constexpr (std::is_same_v<X, hitch::compress::dgc> && !std::is_same_v<O, hitch::optim::sgd>)
+                        throw std::logic_error("dgc runs with hitch::optim::sgd only (optimizer_type_name)");
+                    else
+                        return train_with<O, X, P, C>(comm, c, t);
                 });
             }
         });

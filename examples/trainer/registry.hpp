@@ -94,7 +94,7 @@ decltype(auto) with_compressor(std::string_view name, F&& f) {
     if (name == "threshold") return f(tag<x::error_feedback<x::threshold>>{});
     if (name == "topk") return f(tag<x::error_feedback<x::topk>>{});
     if (name == "dgc") return f(tag<x::dgc>{});
-    if (name == "randomk") return f(tag<x::randomk>{});
+    if (name == "randomk") return f(tag<x::error_feedback<x::randomk>>{});  // with memory (Stich et al. 2018)
     if (name == "qsgd") return f(tag<x::qsgd>{});
     if (name == "terngrad") return f(tag<x::terngrad>{});
     if (name == "powersgd") return f(tag<x::powersgd>{});
@@ -102,24 +102,41 @@ decltype(auto) with_compressor(std::string_view name, F&& f) {
 }
 
 template <class X>
-X make_compressor(const train_config& c) {
+X make_compressor(const train_config& c, std::size_t steps_per_epoch, int ranks) {
     namespace x = hitch::compress;
     if constexpr (std::is_same_v<X, x::error_feedback<x::threshold>>) {
         x::threshold_options t;
         t.tau = static_cast<float>(c.threshold_tau);
         return X(x::threshold(t));
+    } else if constexpr (std::is_same_v<X, x::error_feedback<x::onebit>>) {
+        x::onebit_options o;
+        o.group_size = c.onebit_group;
+        return X(x::onebit(o));
     } else if constexpr (std::is_same_v<X, x::error_feedback<x::topk>>) {
         x::topk_options t;
         t.density = c.density;
         return X(x::topk(t));
     } else if constexpr (std::is_same_v<X, x::dgc>) {
+        // The paper's recipe: the optimizer's momentum as the momentum correction (plain SGD then applies what
+        // arrives), the sparsity warm-up over the first four epochs, one stage per epoch.
         x::dgc_options d;
+        d.momentum = c.optimizer == "sgd" ? 0.0 : c.momentum;
+        d.nesterov = c.optimizer == "nesterov";
         d.final_density = c.density;
+        d.warmup_steps = steps_per_epoch;
+        d.ranks = ranks;
         return X(d);
-    } else if constexpr (std::is_same_v<X, x::randomk>) {
+    } else if constexpr (std::is_same_v<X, x::error_feedback<x::randomk>>) {
+        // Sparsified SGD with memory (Stich, Cordonnier and Jaggi 2018): unscaled values, the rest kept in the
+        // residual. The unbiased n/k scaling without memory multiplies the variance by n/k and costs accuracy.
         x::randomk_options r;
         r.density = c.density;
-        return X(r);
+        r.scale = false;
+        return X(x::randomk(r));
+    } else if constexpr (std::is_same_v<X, x::terngrad>) {
+        x::terngrad_options t;
+        t.clip_sigmas = c.terngrad_clip;
+        return X(t);
     } else if constexpr (std::is_same_v<X, x::qsgd>) {
         x::qsgd_options q;
         q.levels = c.qsgd_levels;

@@ -34,8 +34,10 @@ struct train_config {
     std::uint64_t seed = 1;
     // compressors and sync policies
     double density = 0.01;
-    double threshold_tau = 0.01;
+    double threshold_tau = 0.1;   // Fashion-MNIST MLP sweep 1e-4 .. 0.4: best near 0.1-0.2 (docs/benchmarks.md)
+    std::size_t onebit_group = 512;  // elements per pair of reconstruction values (Seide et al.: one per column)
     unsigned qsgd_levels = 7;
+    double terngrad_clip = 2.5;  // TernGrad's gradient clipping at c standard deviations (the paper: 2.5)
     std::size_t powersgd_rank = 2;
     std::uint64_t local_sgd_period = 8;
     double bucket_mib = 25.0;

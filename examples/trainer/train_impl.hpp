@@ -124,7 +124,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     hitch::train::timeline timeline(rank, !config.timeline.empty());
     typename dp_t::options o;
     o.optimizer = optimizer_options<O>(config);
-    o.compressor = make_compressor<X>(config);
+    o.compressor = make_compressor<X>(config, steps_per_epoch, p);
     o.sync = sync_options<P>(config);
     o.schedule = schedule_by_name({config.allreduce});
     o.learning_rate = detail::make_lr_schedule(config);

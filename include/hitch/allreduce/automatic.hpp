@@ -372,7 +372,9 @@ private:
     }
     /// The native all-reduce as measured.
     struct native_model {
-        [[nodiscard]] cost_estimate cost(int, std::size_t n, const cost_constants& k) const { return native_cost(n, k); }
+        [[nodiscard]] cost_estimate cost(int p, std::size_t n, const cost_constants& k) const {
+            return native_cost(p, n, k);
+        }
     };
 
     options options_{};

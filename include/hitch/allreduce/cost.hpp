@@ -52,8 +52,11 @@ struct cost_estimate {
 
 /// The communicator's own all-reduce as measured (cost_constants::native_*), in alpha and beta units so that
 /// seconds(k) reproduces native_alpha + n * native_beta.
-[[nodiscard]] inline cost_estimate native_cost(std::size_t n_bytes, const cost_constants& k) noexcept {
+/// The library's algorithm is not known, so the bytes sent are the least any all-reduce of n bytes over p ranks
+/// must send, 2(p-1)/p n (what MPICH's Rabenseifner and ring send; its recursive doubling sends more).
+[[nodiscard]] inline cost_estimate native_cost(int p, std::size_t n_bytes, const cost_constants& k) noexcept {
     cost_estimate c;
+    if (p > 1) c.sent_bytes = 2.0 * (p - 1) / p * static_cast<double>(n_bytes);
     if (!k.has_native() || k.alpha_s <= 0 || k.beta_s_per_byte <= 0) return c;
     c.latency_terms = k.native_alpha_s / k.alpha_s;
     c.bandwidth_bytes = static_cast<double>(n_bytes) * k.native_beta_s_per_byte / k.beta_s_per_byte;

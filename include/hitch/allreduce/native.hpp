@@ -89,7 +89,7 @@ public:
     explicit native(const options&) {}
 
     [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& k) const {
-        if (k.has_native()) return native_cost(n_bytes, k);
+        if (k.has_native()) return native_cost(p, n_bytes, k);
         return rabenseifner{}.cost(p, n_bytes, k);
     }
 

@@ -254,13 +254,15 @@ public:
         compute_ms_ = ms(last_step_end_, start);
         if (step_ == 0 || !first_step_) first_step_ = last_step_end_;
         lr_ = options_.learning_rate(step_, options_.steps_per_epoch);
-        bytes_sent_ = 0;
-        comm_ns_.store(0);
+        // bytes_sent_ and comm_ns_ count from the end of the previous step: buckets launched by gradient_ready
+        // during this step's backward pass belong to it.
         sync::step_result result;
         try {
             result = policy_.step(*this);
         } catch (...) {
             reset_step();
+            bytes_sent_ = 0;
+            comm_ns_.store(0);
             throw;
         }
         reset_step();
@@ -279,8 +281,8 @@ public:
         m.lr = lr_;
         m.loss_scale = scaler_ ? static_cast<double>(scaler_->scale()) : 1.0;
         m.skipped = !result.applied;
-        m.bytes_sent = bytes_sent_;
-        m.comm_ms = static_cast<double>(comm_ns_.load()) * 1e-6;
+        m.bytes_sent = bytes_sent_.exchange(0);
+        m.comm_ms = static_cast<double>(comm_ns_.exchange(0)) * 1e-6;
         m.compute_ms = compute_ms_;
         m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *first_step_).count();
         if (options_.metrics != nullptr) metrics_writer(*options_.metrics).write(m);
@@ -325,13 +327,10 @@ public:
         w.add_stream("hitch.optimizer", [&](std::ostream& os) { optimizer_->save(os); });
         std::vector<std::byte> codec_blob;
         for (const bucket& b : buckets_) {
-            std::vector<std::byte> one;
-            codec_.save_state(b.codec_state->codec, one);
+            std::vector<std::byte> one;  // the codec's state and the compressed ring's residual, checksummed
+            compress::save_state(codec_, *b.codec_state, one);
             append_u64(codec_blob, one.size());
             codec_blob.insert(codec_blob.end(), one.begin(), one.end());
-            const auto residual = std::as_bytes(std::span<const float>(b.codec_state->ring_residual));
-            append_u64(codec_blob, residual.size());
-            codec_blob.insert(codec_blob.end(), residual.begin(), residual.end());
         }
         w.add("hitch.compressor", std::move(codec_blob));
         if (scaler_) {
@@ -391,13 +390,13 @@ public:
             };
             for (std::size_t b = 0; b < buckets_.size(); ++b) {
                 codec_states[b].emplace(make_codec_state(b));
-                codec_.load_state(take(read_u64(blob, at, r.path())), codec_states[b]->codec);
-                const auto residual = take(read_u64(blob, at, r.path()));
-                if (residual.size() != codec_states[b]->ring_residual.size() * sizeof(float))
-                    throw mismatch_error(concat("hitch::data_parallel::load: ", r.path(), ": bucket ", b,
-                                                " has a ring residual of ", residual.size(), " bytes, expected ",
-                                                codec_states[b]->ring_residual.size() * sizeof(float)));
-                std::memcpy(codec_states[b]->ring_residual.data(), residual.data(), residual.size());
+                const auto one = take(read_u64(blob, at, r.path()));
+                try {
+                    compress::load_state(codec_, one, *codec_states[b]);
+                } catch (const corrupt_message_error& e) {
+                    throw corrupt_message_error(concat("hitch::data_parallel::load: ", r.path(), ": bucket ", b,
+                                                       " compressor state: ", e.what()));
+                }
             }
             if (at != blob.size())
                 throw corrupt_message_error(concat("hitch::data_parallel::load: ", r.path(),
