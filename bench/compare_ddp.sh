@@ -15,7 +15,7 @@ if ! "$python" -c "import torch, numpy" 2>/dev/null; then
   exit 2
 fi
 last() { tail -n 1 | sed -n '/^{/p'; }
-rate() { sed -E 's/.*"samples_per_s":([0-9.eE+-]+).*/\1/'; }
+rate() { sed -E 's/.*"samples_per_s": *([0-9.eE+-]+).*/\1/'; }
 for i in $(seq "$repeats"); do
   h=$(mpiexec -n 2 "$build/examples/mnist/hitch-mnist" --epochs "$epochs" --batch-size 128 --lr 0.1 \
         --no-progress-bar --blas-threads 1 | last)
