@@ -48,6 +48,8 @@
 #include "hitch/compress/topk.hpp"
 #include "hitch/core/parallel.hpp"
 
+#include "resnet50.hpp"
+
 namespace {
 
 namespace hc = hitch::compress;
@@ -80,37 +82,14 @@ std::vector<layer> fuse(const std::vector<layer>& layers, std::size_t bucket_byt
 /// parameters and the classifier bias.
 std::vector<layer> resnet50() {
     std::vector<layer> t;
-    auto conv = [&](const std::string& name, std::size_t in, std::size_t out, std::size_t k) {
-        t.push_back({name + ".weight", out, in * k * k, static_cast<float>(2e-2 / std::sqrt(static_cast<double>(in * k * k)))});
-    };
-    auto bn = [&](const std::string& name, std::size_t c) {
-        t.push_back({name + ".weight", c, 1, 2e-3f});
-        t.push_back({name + ".bias", c, 1, 3e-3f});
-    };
-    conv("conv1", 3, 64, 7);
-    bn("bn1", 64);
-    std::size_t in = 64;
-    const std::size_t widths[] = {64, 128, 256, 512};
-    const int blocks[] = {3, 4, 6, 3};
-    for (int s = 0; s < 4; ++s) {
-        const std::size_t width = widths[s], out = width * 4;
-        for (int b = 0; b < blocks[s]; ++b) {
-            const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
-            conv(p + ".conv1", in, width, 1);
-            bn(p + ".bn1", width);
-            conv(p + ".conv2", width, width, 3);
-            bn(p + ".bn2", width);
-            conv(p + ".conv3", width, out, 1);
-            bn(p + ".bn3", out);
-            if (b == 0) {
-                conv(p + ".downsample.0", in, out, 1);
-                bn(p + ".downsample.1", out);
-            }
-            in = out;
-        }
+    for (const auto& x : hitch_bench::resnet50_tensors()) {
+        float scale = 0;
+        if (x.name == "fc.weight") scale = 5e-4f;
+        else if (x.name == "fc.bias") scale = 4e-3f;
+        else if (x.bias_or_norm) scale = x.name.ends_with(".weight") ? 2e-3f : 3e-3f;
+        else scale = static_cast<float>(2e-2 / std::sqrt(static_cast<double>(x.cols)));
+        t.push_back({x.name, x.rows, x.cols, scale});
     }
-    t.push_back({"fc.weight", 1000, 2048, 5e-4f});
-    t.push_back({"fc.bias", 1000, 1, 4e-3f});
     return t;
 }
 

@@ -36,6 +36,7 @@
 #include "hitch/optim/model_optimizer.hpp"
 #include "hitch/optim/momentum.hpp"
 #include "hitch/optim/sgd.hpp"
+#include "resnet50.hpp"
 
 namespace {
 
@@ -47,40 +48,10 @@ struct tensor_shape {
     bool bias_or_norm;
 };
 
-/// ResNet-50 (He et al. 2016, torchvision's layout): every parameter tensor, in order.
+/// ResNet-50's parameter tensors as flat sizes.
 std::vector<tensor_shape> resnet50_tensors() {
     std::vector<tensor_shape> t;
-    auto conv = [&](const std::string& name, std::size_t in, std::size_t out, std::size_t k) {
-        t.push_back({name + ".weight", out * in * k * k, false});
-    };
-    auto bn = [&](const std::string& name, std::size_t c) {
-        t.push_back({name + ".weight", c, true});
-        t.push_back({name + ".bias", c, true});
-    };
-    conv("conv1", 3, 64, 7);
-    bn("bn1", 64);
-    std::size_t in = 64;
-    const std::size_t widths[] = {64, 128, 256, 512};
-    const int blocks[] = {3, 4, 6, 3};
-    for (int s = 0; s < 4; ++s) {
-        const std::size_t width = widths[s], out = width * 4;
-        for (int b = 0; b < blocks[s]; ++b) {
-            const std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
-            conv(p + ".conv1", in, width, 1);
-            bn(p + ".bn1", width);
-            conv(p + ".conv2", width, width, 3);
-            bn(p + ".bn2", width);
-            conv(p + ".conv3", width, out, 1);
-            bn(p + ".bn3", out);
-            if (b == 0) {
-                conv(p + ".downsample.0", in, out, 1);
-                bn(p + ".downsample.1", out);
-            }
-            in = out;
-        }
-    }
-    t.push_back({"fc.weight", 2048 * 1000, false});
-    t.push_back({"fc.bias", 1000, true});
+    for (const auto& x : hitch_bench::resnet50_tensors()) t.push_back({x.name, x.size(), x.bias_or_norm});
     return t;
 }
 
