@@ -97,17 +97,20 @@ TEST_CASE("qsgd and terngrad: AVX-512, AVX2 and baseline builds give identical m
     const auto g = hitch_test::gradients(n, 8);
     const auto r = hitch_test::gradients(n, 9);
     auto same = [&](const auto& codec) {
-        std::vector<std::vector<std::byte>> m(3);
+        std::vector<std::vector<std::byte>> m(3), plain(3);
         std::vector<std::vector<float>> res(3, std::vector<float>(n)), dec(3, std::vector<float>(n, 1.0f));
         for (int tier : {2, 1, 0}) {
-            auto s = codec.make_state(n);
+            auto s = codec.make_state(n), t = codec.make_state(n);
             hitch_test::set_isa(tier);
             codec.encode_ef(tensor_view<const float>(g), r, res[tier], s, m[tier]);
+            codec.encode(tensor_view<const float>(g), t, plain[tier]);
             codec.decode_add(m[2], tensor_view<float>(dec[tier]));
         }
         hitch_test::set_isa(2);
         CHECK(m[2] == m[0]);
         CHECK(m[1] == m[0]);
+        CHECK(plain[2] == plain[0]);
+        CHECK(plain[1] == plain[0]);
         CHECK(res[2] == res[0]);
         CHECK(res[1] == res[0]);
         CHECK(dec[2] == dec[0]);
@@ -119,6 +122,7 @@ TEST_CASE("qsgd and terngrad: AVX-512, AVX2 and baseline builds give identical m
     same(hc::qsgd{});
     same(hc::qsgd({.levels = 127, .group_size = 0}));
     same(hc::qsgd({.levels = 5, .group_size = 64}));
+    same(hc::qsgd({.levels = 1, .group_size = 512}));  // the one-level kernel
     same(hc::terngrad{});
     same(hc::terngrad({.clip_sigmas = 2.5}));
 }

@@ -227,11 +227,137 @@ HITCH_TARGET_AVX2 inline void quantize_avx2(const float* g, const float* r_in, f
     quantize_kernel<EF, Clip>(g + i, EF ? r_in + i : r_in, EF ? r_out + i : r_out, n - i,
                               first + static_cast<std::uint32_t>(i), rng, q, codes + i);
 }
+
+// GCC 12 warns, wrongly, that the AVX-512 intrinsics' pass-through operands may be uninitialised.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+/// The constants of quantize_avx512, broadcast once.
+struct quantize_avx512_constants {
+    __m512 abs_mask, clip, to_levels, s, unit;
+    __m512i m1, m2, one_exp, levels, minus_one, zero, key;
+    __m512 two;
+    __m512i two_code;
+};
+
+/// Codes of the 16 elements at g (counters `counter`) as 32-bit lanes (and, with EF, their residuals): the
+/// computation of quantize_kernel. The hash's first two steps fold into one three-way xor
+/// ((c ^ k) ^ ((c ^ k) >> 16) = c ^ (c >> 16) ^ (k ^ (k >> 16))) and its last shift into the mantissa extraction
+/// ((x ^ (x >> 16)) >> 9 = (x >> 9) ^ (x >> 25)); the bits are those of counter_rng::bits.
+template <bool EF, bool Clip>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m512i
+quantize16_avx512(const quantize_avx512_constants& k, const float* g, const float* r_in, float* r_out, __m512i counter) {
+    __m512 v = _mm512_loadu_ps(g);
+    if constexpr (EF) v = _mm512_add_ps(v, _mm512_loadu_ps(r_in));
+    __m512 a = _mm512_and_ps(v, k.abs_mask);
+    if constexpr (Clip) a = _mm512_min_ps(a, k.clip);
+    const __m512 y = _mm512_min_ps(_mm512_mul_ps(a, k.to_levels), k.s);
+    __m512i x = _mm512_ternarylogic_epi32(counter, _mm512_srli_epi32(counter, 16), k.key, 0x96);  // a ^ b ^ c
+    x = _mm512_mullo_epi32(x, k.m1);
+    x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 15)), k.m2);
+    const __m512i mantissa =
+        _mm512_ternarylogic_epi32(_mm512_srli_epi32(x, 9), _mm512_srli_epi32(x, 25), k.one_exp, 0xbe);  // (a ^ b) | c
+    const __m512i level = _mm512_min_epi32(
+        _mm512_add_epi32(_mm512_cvttps_epi32(_mm512_add_ps(y, _mm512_castsi512_ps(mantissa))), k.minus_one), k.levels);
+    const __mmask16 sent_any = _mm512_cmpgt_epi32_mask(level, k.zero);
+    const __m512i bits = _mm512_castps_si512(v);
+    if constexpr (EF) {
+        // v - (-sent) is v + sent exactly, so the negative lanes add.
+        const __m512 sent = _mm512_mul_ps(_mm512_cvtepi32_ps(level), k.unit);
+        const __mmask16 negative = _mm512_mask_cmplt_epi32_mask(sent_any, bits, k.zero);
+        _mm512_storeu_ps(r_out, _mm512_mask_add_ps(_mm512_sub_ps(v, sent), negative, v, sent));
+    }
+    return _mm512_or_si512(_mm512_slli_epi32(level, 1), _mm512_maskz_srli_epi32(sent_any, bits, 31));
+}
+
+/// quantize16_avx512 for s = 1 (TernGrad, QSGD with one level): y + f lies in [1, 3), so the level,
+/// min(floor(y + f) - 1, 1), is 1 exactly when y + f >= 2, and y needs no clamp to s (above 1 it still gives 1).
+template <bool EF, bool Clip>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m512i
+quantize16_avx512_binary(const quantize_avx512_constants& k, const float* g, const float* r_in, float* r_out,
+                         __m512i counter) {
+    __m512 v = _mm512_loadu_ps(g);
+    if constexpr (EF) v = _mm512_add_ps(v, _mm512_loadu_ps(r_in));
+    __m512 a = _mm512_and_ps(v, k.abs_mask);
+    if constexpr (Clip) a = _mm512_min_ps(a, k.clip);
+    const __m512 y = _mm512_mul_ps(a, k.to_levels);
+    __m512i x = _mm512_ternarylogic_epi32(counter, _mm512_srli_epi32(counter, 16), k.key, 0x96);
+    x = _mm512_mullo_epi32(x, k.m1);
+    x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 15)), k.m2);
+    const __m512i mantissa = _mm512_ternarylogic_epi32(_mm512_srli_epi32(x, 9), _mm512_srli_epi32(x, 25), k.one_exp, 0xbe);
+    const __mmask16 sent = _mm512_cmp_ps_mask(_mm512_add_ps(y, _mm512_castsi512_ps(mantissa)), k.two, _CMP_GE_OQ);
+    const __m512i bits = _mm512_castps_si512(v);
+    if constexpr (EF) {
+        // v - unit where +unit was sent, v + unit where -unit was, v itself (v - 0) where nothing was.
+        const __mmask16 negative = _mm512_mask_cmplt_epi32_mask(sent, bits, k.zero);
+        const __m512 r = _mm512_mask_sub_ps(v, sent & static_cast<__mmask16>(~negative), v, k.unit);
+        _mm512_storeu_ps(r_out, _mm512_mask_add_ps(r, negative, v, k.unit));
+    }
+    return _mm512_maskz_or_epi32(sent, k.two_code, _mm512_srli_epi32(bits, 31));  // (1 << 1) | sign
+}
+
+template <bool EF, bool Clip, bool Binary>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m512i
+quantize16_avx512_any(const quantize_avx512_constants& k, const float* g, const float* r_in, float* r_out,
+                      __m512i counter) {
+    if constexpr (Binary) return quantize16_avx512_binary<EF, Clip>(k, g, r_in, r_out, counter);
+    else return quantize16_avx512<EF, Clip>(k, g, r_in, r_out, counter);
+}
+
+/// The same computation as quantize_kernel, 64 elements per step (four vectors packed to bytes together).
+template <bool EF, bool Clip, bool Binary>
+HITCH_TARGET_AVX512 inline void quantize_avx512(const float* g, const float* r_in, float* r_out, std::size_t n,
+                                                std::uint32_t first, counter_rng rng, quantizer q, std::uint8_t* codes) {
+    const std::uint32_t k0 = rng.key0();
+    const quantize_avx512_constants k{_mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)),
+                                      _mm512_set1_ps(q.clip),
+                                      _mm512_set1_ps(q.to_levels),
+                                      _mm512_set1_ps(q.s),
+                                      _mm512_set1_ps(q.unit),
+                                      _mm512_set1_epi32(0x7feb352d),
+                                      _mm512_set1_epi32(static_cast<int>(0x846ca68bu)),
+                                      _mm512_set1_epi32(0x3f800000),
+                                      _mm512_set1_epi32(q.levels),
+                                      _mm512_set1_epi32(-1),
+                                      _mm512_setzero_si512(),
+                                      _mm512_set1_epi32(static_cast<int>(k0 ^ (k0 >> 16))),
+                                      _mm512_set1_ps(2.0f),
+                                      _mm512_set1_epi32(2)};
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    // After the two packs, dword 4 l + j holds vector j's lane l: gather them back in element order.
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512i counter = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first)),
+                                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    std::size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i c[4];
+        for (std::size_t j = 0; j < 4; ++j) {
+            const std::size_t at = i + 16 * j;
+            c[j] = quantize16_avx512_any<EF, Clip, Binary>(k, g + at, EF ? r_in + at : r_in, EF ? r_out + at : r_out,
+                                                           counter);
+            counter = _mm512_add_epi32(counter, sixteen);
+        }
+        const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+        _mm512_storeu_si512(codes + i, _mm512_permutexvar_epi32(order, bytes));
+    }
+    for (; i + 16 <= n; i += 16) {
+        const __m512i c =
+            quantize16_avx512_any<EF, Clip, Binary>(k, g + i, EF ? r_in + i : r_in, EF ? r_out + i : r_out, counter);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(c));
+        counter = _mm512_add_epi32(counter, sixteen);
+    }
+    quantize_kernel<EF, Clip>(g + i, EF ? r_in + i : r_in, EF ? r_out + i : r_out, n - i,
+                              first + static_cast<std::uint32_t>(i), rng, q, codes + i);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 /// Quantises [begin, begin + n) of a bucket (indices global, for the random numbers) into codes[0, n); with EF
-/// also writes r_out = v - decoded. `tier` (decided once per encode) picks the AVX2 intrinsics kernel; otherwise
-/// the generic kernel runs, vectorised by whichever build (baseline, AVX2, AVX-512) the caller runs in.
+/// also writes r_out = v - decoded. `tier` (decided once per encode) picks the AVX-512 or AVX2 intrinsics kernel
+/// for byte codes; otherwise the generic kernel runs, vectorised by whichever build the caller runs in.
 template <bool EF, bool Clip, class Code>
 HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, float* r_out, std::size_t n,
                                            std::size_t begin, const counter_rng& base, const quantizer& q, Code* codes,
@@ -249,6 +375,12 @@ HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, fl
         const auto first = static_cast<std::uint32_t>(offset);
 #if HITCH_COMPRESS_X86
         if constexpr (sizeof(Code) == 1) {
+            if (tier == isa::avx512) {
+                if (q.levels == 1) quantize_avx512<EF, Clip, true>(gp, rp, op, len, first, rng, q, cp);
+                else quantize_avx512<EF, Clip, false>(gp, rp, op, len, first, rng, q, cp);
+                done += len;
+                continue;
+            }
             if (tier == isa::avx2) {
                 quantize_avx2<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
                 done += len;
