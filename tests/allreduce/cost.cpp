@@ -4,6 +4,7 @@
 // (identical on every rank) or set by the user.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -194,6 +195,7 @@ TEST_CASE("automatic measures the constants once, the same on every rank, and ru
     }
     // User constants override, and automatic then sends exactly what its pick's model says.
     const cost_constants latency_bound{1.0, 1e-12, 1e-12, -1, -1};  // every round costs a second: fewest rounds wins
+    const cost_constants bandwidth_bound{1e-9, 1e-6, 1e-12, -1, -1};  // every byte costs a microsecond
     const std::size_t n = 8 * 1024;
     const auto per_rank = run_local(8, [&](local& c) {
         auto counters = std::make_shared<traffic_counters>();
@@ -203,11 +205,28 @@ TEST_CASE("automatic measures the constants once, the same on every rank, and ru
         std::vector<float> data(n, 1.0f);
         call_options o;
         o.check = false;
-        counters->reset();
-        allreduce(g, hitch::view(data), reduce_op::sum, automatic{}, o);
-        return counters->messages.load();
+        std::array<long long, 3> messages{};
+        for (int call = 0; call < 3; ++call) {  // the second call takes the remembered decision
+            // The third call runs under constants where bandwidth dominates: the remembered pick must not be reused.
+            if (call == 2) g.set_constants(bandwidth_bound);
+            counters->reset();
+            allreduce(g, hitch::view(data), reduce_op::sum, automatic{}, o);
+            messages[static_cast<std::size_t>(call)] = counters->messages.load();
+        }
+        return messages;
     });
     const automatic a;
-    CHECK(a.choose(8, n * sizeof(float), latency_bound) == recursive_doubling::name);
-    for (long long m : per_rank) CHECK(static_cast<double>(m) == recursive_doubling{}.cost(8, n * sizeof(float), latency_bound).sent_messages);
+    const std::size_t bytes = n * sizeof(float);
+    CHECK(a.choose(8, bytes, latency_bound) == recursive_doubling::name);
+    const std::string_view wide = a.choose(8, bytes, bandwidth_bound);
+    CHECK(wide != recursive_doubling::name);
+    const double wide_messages = wide == ring::name           ? ring{}.cost(8, bytes, bandwidth_bound).sent_messages
+                                 : wide == rabenseifner::name ? rabenseifner{}.cost(8, bytes, bandwidth_bound).sent_messages
+                                                              : parameter_server({.servers = 8}).cost(8, bytes, bandwidth_bound).sent_messages;
+    CHECK(wide_messages != recursive_doubling{}.cost(8, bytes, latency_bound).sent_messages);
+    for (const auto& m : per_rank) {
+        CHECK(static_cast<double>(m[0]) == recursive_doubling{}.cost(8, bytes, latency_bound).sent_messages);
+        CHECK(m[1] == m[0]);
+        CHECK(static_cast<double>(m[2]) == wide_messages);
+    }
 }

@@ -8,9 +8,10 @@
 // The constants are measured once per group by the first call that needs them: a ping-pong for alpha, a 1 MiB
 // exchange for beta, a 1 MiB combine for gamma, two native all-reduces where available. A transport has costs the
 // three constants cannot express (MPI switches to a rendezvous protocol above some message size; pipelined
-// segments overlap their latencies), so the same first call also times every candidate at six probe sizes
-// (4 KiB to 4 MiB) and keeps, per candidate, the ratio of measured to modelled time; a prediction is the model
-// times that ratio, interpolated in log(n) between probes and held beyond them. Every rank adopts the maximum
+// segments overlap their latencies), so the same first call also times every candidate at seven probe sizes
+// (4 KiB to 16 MiB, about a tenth of a second on one node) and keeps, per candidate, the ratio of measured to
+// modelled time; a prediction is the model times that ratio, interpolated in log(n) between probes and held beyond
+// them. A group remembers the choices made on it, so later calls of a size cost a lookup. Every rank adopts the maximum
 // over ranks of every measurement, so all predict the same and pick the same schedule. group::set_constants() or
 // options::constants replaces the measurements with the user's constants and the pure model (the same on every
 // rank).
@@ -19,8 +20,9 @@
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <memory>
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -69,7 +71,7 @@ struct native_for {
 /// Measured times of the candidates at the probe sizes: how far each schedule's model is off on this
 /// communicator. The same on every rank.
 struct automatic_profile {
-    static constexpr int probes = 6;      // 4 KiB, 16 KiB, ... 4 MiB
+    static constexpr int probes = 7;      // 4 KiB, 16 KiB, ... 16 MiB (past it, the 16 MiB ratio holds)
     static constexpr int candidates = 7;  // recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree,
                                           // parameter_server, native
     std::array<double, probes> bytes{};
@@ -98,6 +100,8 @@ public:
             double_binary_tree.validate();
             parameter_server.validate();
         }
+
+        friend bool operator==(const options&, const options&) = default;
     };
 
     static constexpr std::string_view name = "automatic";
@@ -136,38 +140,36 @@ public:
     /// each model is first scaled by its measured ratio.
     [[nodiscard]] std::string_view choose(int p, std::size_t n_bytes, const cost_constants& k,
                                           const automatic_profile* profile = nullptr) const {
-        std::string_view best = recursive_doubling::name;
-        double best_s = -1;
-        int index = 0;
-        visit_candidates(k, [&](std::string_view nm, const auto& s) {
-            double c = s.cost(p, n_bytes, k).seconds(k);
-            if (profile != nullptr) c *= measured_ratio(*profile, index, p, n_bytes, k, s);
-            ++index;
-            if (best_s < 0 || c < best_s) {
-                best = nm;
-                best_s = c;
-            }
-        });
-        return best;
+        return candidate_names[static_cast<std::size_t>(choose_index(p, n_bytes, k, profile))];
     }
+
+    /// The candidates in the order choose() weighs them (native last).
+    static constexpr std::array<std::string_view, automatic_profile::candidates> candidate_names{
+        recursive_doubling::name, ring::name,        rabenseifner::name, binary_tree::name, double_binary_tree::name,
+        parameter_server::name,   std::string_view("native")};
 
     template <communicator C, floating_element T>
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
         if (t.size() <= 1) return;
         const cost_constants k = constants_for(t);
         const std::shared_ptr<automatic_profile> profile = profile_for(t);
-        const std::string_view pick = choose(t.size(), data.size_bytes(), k, profile.get());
-        if (pick == ring::name) return ring_.run(t, data, op);
-        if (pick == recursive_doubling::name) return recursive_doubling_.run(t, data, op);
-        if (pick == rabenseifner::name) return rabenseifner_.run(t, data, op);
-        if (pick == binary_tree::name) return binary_tree_.run(t, data, op);
-        if (pick == double_binary_tree::name) return double_binary_tree_.run(t, data, op);
-        if (pick == parameter_server::name) return parameter_server_.run(t, data, op);
+        switch (remembered_choice(t, data.size_bytes(), k, profile.get())) {
+            case 0: return recursive_doubling_.run(t, data, op);
+            case 1: return ring_.run(t, data, op);
+            case 2: return rabenseifner_.run(t, data, op);
+            case 3: return binary_tree_.run(t, data, op);
+            case 4: return double_binary_tree_.run(t, data, op);
+            case 5: return parameter_server_.run(t, data, op);
+            default: break;
+        }
         if constexpr (has_native_allreduce<C>::value) {
             return typename detail::native_for<C>::type{}.run(t, data, op);
         }
-        throw config_error(detail::concat("hitch::allreduce::automatic: no candidate named ", pick));
+        throw config_error("hitch::allreduce::automatic: the model picked native, which this communicator lacks");
     }
+
+    /// Where a group keeps the choices automatic made on it (group::set_constants() drops them with the rest).
+    static constexpr std::string_view decisions_key = "automatic/decisions";
 
     /// The constants for this communicator: the options', else the group's, else measured now (collective) and
     /// cached in the group.
@@ -225,16 +227,20 @@ public:
             const std::size_t bytes = std::size_t{4096} << (2 * i);
             prof.bytes[static_cast<std::size_t>(i)] = static_cast<double>(bytes);
             const std::span<float> probe = data.subspan(0, bytes / sizeof(float));
-            // the minimum of several runs: preemption by other processes only ever adds time
-            const int repeats = bytes <= (std::size_t{64} << 10) ? 9 : bytes <= (std::size_t{1} << 20) ? 5 : 3;
-            for (int rep = 0; rep < repeats; ++rep) {  // interleaved, best of the repeats
+            // The minimum of several runs (preemption by other processes only ever adds time), after one run of
+            // each that is not counted (first touches of buffers and connections). Small probes are cheap and the
+            // noisiest, so they get the most runs.
+            const int repeats = bytes <= (std::size_t{64} << 10) ? 31 : bytes <= (std::size_t{1} << 20) ? 9 : 3;
+            for (int rep = -1; rep < repeats; ++rep) {  // interleaved, best of the repeats
                 int c = 0;
                 const auto time = [&](auto&& run_once) {
+                    const std::size_t mark = t.scratch_mark();
                     const auto start = clock::now();
                     run_once();
                     const double s = std::chrono::duration<double>(clock::now() - start).count();
+                    t.release_scratch(mark);  // the next run reuses this memory, as later calls of a size do
                     double& slot = prof.seconds[static_cast<std::size_t>(c)][static_cast<std::size_t>(i)];
-                    slot = rep == 0 ? s : std::min(slot, s);
+                    if (rep >= 0) slot = rep == 0 ? s : std::min(slot, s);
                     ++c;
                 };
                 time([&] { recursive_doubling_.run(t, probe, reduce_op::sum); });
@@ -340,6 +346,65 @@ public:
     }
 
 private:
+    /// Index into candidate_names of the cheapest candidate (the first of equally cheap ones).
+    [[nodiscard]] int choose_index(int p, std::size_t n_bytes, const cost_constants& k,
+                                   const automatic_profile* profile) const {
+        int best = 0, index = 0;
+        double best_s = -1;
+        visit_candidates(k, [&](std::string_view, const auto& s) {
+            double c = s.cost(p, n_bytes, k).seconds(k);
+            if (profile != nullptr) c *= measured_ratio(*profile, index, p, n_bytes, k, s);
+            if (best_s < 0 || c < best_s) {
+                best = index;
+                best_s = c;
+            }
+            ++index;
+        });
+        return best;
+    }
+
+    /// choose_index() takes about 0.7 us (every candidate's model at n and at the probes around it), as long as a
+    /// small all-reduce itself; a group remembers its recent answers, which depend on nothing else than these
+    /// inputs (the profile is immutable once measured; a new one is a new object).
+    struct decision {
+        options settings;
+        int p = 0;
+        std::size_t n = 0;
+        cost_constants k;
+        const automatic_profile* profile = nullptr;
+        int pick = 0;
+    };
+    struct decision_memo {
+        static constexpr std::size_t capacity = 64;
+        std::mutex m;
+        std::vector<decision> entries;
+        std::size_t next = 0;  // the entry replaced next once full
+    };
+
+    template <communicator C>
+    [[nodiscard]] int remembered_choice(transport<C>& t, std::size_t n_bytes, const cost_constants& k,
+                                        const automatic_profile* profile) const {
+        const int p = t.size();
+        const auto memo = t.state().template cached<decision_memo>(decisions_key,
+                                                                    [] { return std::make_shared<decision_memo>(); });
+        {
+            std::lock_guard lock(memo->m);
+            for (const decision& d : memo->entries)
+                if (d.n == n_bytes && d.p == p && d.profile == profile && d.k == k && d.settings == options_)
+                    return d.pick;
+        }
+        const int pick = choose_index(p, n_bytes, k, profile);
+        std::lock_guard lock(memo->m);
+        decision d{options_, p, n_bytes, k, profile, pick};
+        if (memo->entries.size() < decision_memo::capacity) {
+            memo->entries.push_back(d);
+        } else {
+            memo->entries[memo->next] = d;
+            memo->next = (memo->next + 1) % decision_memo::capacity;
+        }
+        return pick;
+    }
+
     /// Measured over modelled time for candidate `c` at n bytes: interpolated in log(n) between the two probes
     /// around n, held constant beyond the first and last probe. 1 when the candidate was not measured.
     template <class S>

@@ -275,6 +275,7 @@ public:
         std::lock_guard lock(state_.m);
         state_.constants = k;
         state_.cache.erase("automatic/profile");  // the user's constants and the pure model, not measurements
+        state_.cache.erase("automatic/decisions");
     }
 
     /// Scratch memory held by the group (for tests and diagnostics).

@@ -46,6 +46,8 @@ public:
                 .closed("segment_bytes", segment_bytes, std::size_t{64}, std::size_t{1} << 30)
                 .closed("pipeline_depth", pipeline_depth, 1, 64);
         }
+
+        friend bool operator==(const options&, const options&) = default;
     };
 
     static constexpr std::string_view name = "parameter_server";

@@ -457,11 +457,18 @@ public:
     /// What calls on this communicator share (constants, caches).
     [[nodiscard]] shared_state<C>& state() noexcept { return state_; }
 
-    /// `count` elements of scratch, valid until this transport is destroyed.
+    /// `count` elements of scratch, valid until this transport is destroyed (or release_scratch(mark) below it).
     template <class T>
     [[nodiscard]] std::span<T> scratch(std::size_t count) {
         leases_.push_back(state_.arena.acquire(count * sizeof(T)));
         return {reinterpret_cast<T*>(leases_.back().data()), count};
+    }
+    /// How much scratch is held now, for release_scratch().
+    [[nodiscard]] std::size_t scratch_mark() const noexcept { return leases_.size(); }
+    /// Gives back to the arena the scratch taken since `mark` (callers that run many schedules on one transport,
+    /// such as automatic's probes, so each run reuses the same memory instead of taking fresh pages).
+    void release_scratch(std::size_t mark) noexcept {
+        while (leases_.size() > mark) leases_.pop_back();
     }
 
     /// Sends `data` to `peer` on `channel`. The buffer must stay untouched until the returned operation completes.
