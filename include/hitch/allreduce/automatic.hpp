@@ -230,7 +230,7 @@ public:
             // The minimum of several runs (preemption by other processes only ever adds time), after one run of
             // each that is not counted (first touches of buffers and connections). Small probes are cheap and the
             // noisiest, so they get the most runs.
-            const int repeats = bytes <= (std::size_t{64} << 10) ? 31 : bytes <= (std::size_t{1} << 20) ? 9 : 3;
+            const int repeats = bytes <= (std::size_t{64} << 10) ? 31 : bytes <= (std::size_t{1} << 20) ? 9 : 5;
             for (int rep = -1; rep < repeats; ++rep) {  // interleaved, best of the repeats
                 int c = 0;
                 const auto time = [&](auto&& run_once) {
