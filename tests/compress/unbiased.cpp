@@ -5,6 +5,7 @@
 // chance with probability below 1e-5 over all elements, while a bias larger than the bound fails it for sure.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -79,6 +80,26 @@ TEST_CASE("terngrad is unbiased: the mean of seeded encodings approaches the inp
     const hc::terngrad clipped({.clip_sigmas = 1.0});
     double worst_clipped = 0;
     CHECK(deviations(clipped, v, 8000, [&](std::size_t) { return max_abs; }, &worst_clipped) > 0);
+}
+
+TEST_CASE("terngrad's one-pass encode is unbiased where its blocks were thinned", "[compress][terngrad][unbiased]") {
+    // The bucket's largest magnitude sits near the end, 10x the rest: every earlier block was quantised against a
+    // running maximum about a tenth of the scale and must be thinned to probability R_b / S to stay unbiased (not
+    // thinning would decode those elements about 10x too large). The second bucket spans two segments (the running
+    // maximum restarts at element 65536) with the peak in the second.
+    for (std::size_t n : {std::size_t{3 * 4096 + 77}, std::size_t{65536 + 2 * 4096 + 33}}) {
+        auto v = hitch_test::gradients(n, 21);
+        double max_abs = 0;
+        for (float x : v) max_abs = std::max(max_abs, std::fabs(static_cast<double>(x)));
+        v[n - 10] = static_cast<float>(-10.0 * max_abs);
+        const double scale = 10.0 * max_abs;
+        const hc::terngrad codec;
+        double worst = 0;
+        INFO("n = " << n);
+        CHECK(deviations(codec, v, n < 20000 ? 8000 : 2000, [&](std::size_t) { return scale; }, &worst) == 0);
+        INFO("worst deviation / bound = " << worst);
+        CHECK(worst < 1.0);
+    }
 }
 
 TEST_CASE("randomk (scaled) is unbiased: the mean of seeded encodings approaches the input", "[compress][randomk][unbiased]") {

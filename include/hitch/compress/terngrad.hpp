@@ -8,6 +8,11 @@
 // clipping (section 3.5) first bounds every element at c sigma, sigma the standard deviation of the bucket's
 // elements (the paper uses c = 2.5); the estimate is then unbiased for the clipped gradient.
 //
+// s_t is known only after a pass over the bucket. Without clipping or a residual the encode still reads the floats
+// once: it quantises each block against the largest magnitude seen so far and thins the codes afterwards (see
+// encode_one_pass), which gives every element the same probability |v_i| / s_t of a non-zero code, independently.
+// With clipping (sigma first) or error feedback (the residual needs s_t) it reads them twice.
+//
 // Bytes on the wire: 32 + 8 + ceil(n / 4). Payload: f32 scale | u32 0 | 2-bit codes, element i at bits
 // [2i, 2i + 2) least significant first: 00 zero, 10 +s_t, 11 -s_t (01 is corrupt).
 
@@ -121,10 +126,79 @@ private:
     /// Elements quantised per block (codes in cache between quantising and packing).
     static constexpr std::size_t block = 16384;
 
+    /// Elements per running-maximum step of the one-pass encode (in L1 between its max and its quantisation).
+    static constexpr std::size_t step_block = detail::moment_block;
+    /// The running maximum restarts at every segment, so chunks of whole segments give the same message on any
+    /// number of threads.
+    static constexpr std::size_t segment = detail::rng_block;
+    /// Tag mixed into the seed of the thinning draws (independent of the rounding's).
+    static constexpr std::uint64_t thinning_stream = 0x7417a1e5ull;
+
+    /// One pass over the bucket instead of two (no clipping, no residual). Each block of 4096 elements is
+    /// quantised as soon as it is read, with the largest magnitude seen so far in its segment, R_b, as the scale:
+    /// P(code != 0) = |v| / R_b. Once the bucket's largest magnitude S is known, the non-zero codes of a block with
+    /// R_b < S are kept with probability R_b / S (thinning): P(code != 0) = |v| / S, each element independently,
+    /// which is TernGrad's distribution exactly (up to the 2^-23 resolution of the draws). Only the 2-bit codes are
+    /// read again, not the floats.
+    std::size_t encode_one_pass(const float* g, std::size_t n, state& s, std::vector<std::byte>& bytes, dtype type) const {
+        const std::size_t payload = 8 + detail::code_bytes(n, 2);
+        wire::writer w(bytes, codec_id, type, n, payload);
+        std::byte* p = w.payload();
+        const std::size_t blocks = detail::ceil_div_size(n, step_block);
+        std::vector<float> running(blocks, 0.0f);  // R_b
+        std::vector<unsigned char> finite(detail::ceil_div_size(n, segment), 1);
+        const detail::counter_rng base(detail::draw_key(options_.seed, s.stream, s.step));
+        const detail::isa tier = detail::best_isa();
+        detail::for_chunks(n, segment, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+            std::vector<std::uint8_t> codes(std::min(step_block, hi - lo));
+            detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+                for (std::size_t seg = lo; seg < hi; seg += segment) {
+                    float r = 0.0f;
+                    const std::size_t seg_end = std::min(hi, seg + segment);
+                    for (std::size_t begin = seg; begin < seg_end; begin += step_block) {
+                        const std::size_t len = std::min(step_block, seg_end - begin);
+                        detail::group_moments mo;
+                        detail::moments_kernel<false, false, false>(g + begin, nullptr, len, mo);
+                        if (!mo.finite) finite[seg / segment] = 0;
+                        r = mo.max_abs > r ? mo.max_abs : r;
+                        running[begin / step_block] = r;
+                        const detail::quantizer q{r > 0.0f ? 1.0f / r : 0.0f, r, 1.0f, 1,
+                                                  std::numeric_limits<float>::infinity()};
+                        detail::quantize<false, false>(g + begin, nullptr, nullptr, len, begin, base, q, codes.data(), tier);
+                        detail::pack_codes(codes.data(), len, 2, p + 8 + begin / 4);
+                    }
+                }
+            });
+        });
+        if (std::find(finite.begin(), finite.end(), 0) != finite.end()) detail::throw_non_finite(who, "the bucket");
+        const float scale = running.empty() ? 0.0f : *std::max_element(running.begin(), running.end());
+        wire::store_le(p, scale);
+        wire::store_le<std::uint32_t>(p + 4, 0);
+        if (scale > 0.0f) {
+            const detail::counter_rng thin_base(detail::draw_key(options_.seed ^ thinning_stream, s.stream, s.step));
+            detail::for_chunks(n, step_block, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+                detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+                    for (std::size_t begin = lo; begin < hi; begin += step_block) {
+                        const float r = running[begin / step_block];
+                        if (r == scale) continue;
+                        // P(keep) = floor(2^23 R_b / S) / 2^23 (R_b / S < 1 here; R_b = 0 left nothing to keep).
+                        const auto threshold = static_cast<std::uint32_t>((r / scale) * 8388608.0f);
+                        detail::thin(p + 8 + begin / 4, std::min(step_block, hi - begin), begin, thin_base, threshold, tier);
+                    }
+                });
+            });
+        }
+        ++s.step;
+        return w.finish(payload);
+    }
+
     template <bool EF>
     std::size_t encode_impl(const float* g, const float* r_in, float* r_out, std::size_t n, state& s,
                             std::vector<std::byte>& bytes, dtype type) const {
         const bool clipping = options_.clip_sigmas > 0.0;
+        if constexpr (!EF) {
+            if (!clipping) return encode_one_pass(g, n, s, bytes, type);
+        }
         const detail::group_moments mo = clipping ? detail::moments_parallel<EF, true, true>(g, r_in, n, options_.parallel)
                                                   : detail::moments_parallel<EF, false, false>(g, r_in, n, options_.parallel);
         if (!mo.finite) detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");

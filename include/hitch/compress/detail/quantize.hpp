@@ -393,6 +393,104 @@ HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, fl
     }
 }
 
+// ---- thinning of 2-bit codes (one-pass TernGrad) ---------------------------------------------------------------
+//
+// A non-zero code of element i survives with probability T / 2^23: it does iff (bits(i) >> 9) < T, bits from a
+// counter-based generator of its own (so the draws are independent of the rounding's). `codes` holds elements
+// [first, first + n) of one random-number block, 2 bits each, element first at bit 0 of codes[0] (first and n
+// multiples of 16 but for the block's last piece).
+
+HITCH_COMPRESS_ALWAYS_INLINE void thin_kernel(std::byte* codes, std::size_t n, std::uint32_t first, counter_rng rng,
+                                              std::uint32_t threshold) {
+    std::size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        std::uint32_t word;
+        std::memcpy(&word, codes + i / 4, 4);
+        if (word == 0) continue;
+        std::uint32_t keep = 0;
+        for (std::uint32_t j = 0; j < 16; ++j)
+            keep |= static_cast<std::uint32_t>((rng.bits(first + static_cast<std::uint32_t>(i) + j) >> 9) < threshold) << j;
+        std::uint32_t mask = 0;
+        for (std::uint32_t j = 0; j < 16; ++j) mask |= ((keep >> j) & 1u) * (3u << (2 * j));
+        word &= mask;
+        std::memcpy(codes + i / 4, &word, 4);
+    }
+    for (; i < n; ++i) {
+        const std::size_t at = i / 4;
+        const auto shift = static_cast<unsigned>(2 * (i % 4));
+        const auto byte = static_cast<unsigned>(codes[at]);
+        if (((byte >> shift) & 3u) == 0) continue;
+        if ((rng.bits(first + static_cast<std::uint32_t>(i)) >> 9) >= threshold)
+            codes[at] = static_cast<std::byte>(byte & ~(3u << shift));
+    }
+}
+
+#if HITCH_COMPRESS_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+/// The keep mask of 16 elements at `counter`: (bits(i) >> 9) < threshold, the hash folded as in quantize16_avx512.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __mmask16
+keep16_avx512(__m512i counter, __m512i key, __m512i m1, __m512i m2, __m512i limit) {
+    __m512i x = _mm512_ternarylogic_epi32(counter, _mm512_srli_epi32(counter, 16), key, 0x96);
+    x = _mm512_mullo_epi32(x, m1);
+    x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 15)), m2);
+    return _mm512_cmplt_epu32_mask(_mm512_xor_si512(_mm512_srli_epi32(x, 9), _mm512_srli_epi32(x, 25)), limit);
+}
+
+/// thin_kernel, 64 draws per step: four vectors of draws, their keep bits spread over the code pairs with PDEP.
+HITCH_TARGET_AVX512 inline void thin_avx512(std::byte* codes, std::size_t n, std::uint32_t first, counter_rng rng,
+                                            std::uint32_t threshold) {
+    const std::uint32_t k0 = rng.key0();
+    const __m512i key = _mm512_set1_epi32(static_cast<int>(k0 ^ (k0 >> 16)));
+    const __m512i m1 = _mm512_set1_epi32(0x7feb352d), m2 = _mm512_set1_epi32(static_cast<int>(0x846ca68bu));
+    const __m512i limit = _mm512_set1_epi32(static_cast<int>(threshold));
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    __m512i counter = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first)),
+                                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    constexpr std::uint64_t low_bits = 0x5555555555555555ull;
+    std::size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        std::uint64_t keep[4];
+        for (auto& k : keep) {
+            k = keep16_avx512(counter, key, m1, m2, limit);
+            counter = _mm512_add_epi32(counter, sixteen);
+        }
+        std::uint64_t word[2];
+        std::memcpy(word, codes + i / 4, 16);
+        word[0] &= _pdep_u64(keep[0] | keep[1] << 16, low_bits) * 3u;
+        word[1] &= _pdep_u64(keep[2] | keep[3] << 16, low_bits) * 3u;
+        std::memcpy(codes + i / 4, word, 16);
+    }
+    thin_kernel(codes + i / 4, n - i, first + static_cast<std::uint32_t>(i), rng, threshold);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+/// Thins the 2-bit codes of elements [begin, begin + n) of a bucket (begin a multiple of 4, codes at its byte).
+HITCH_COMPRESS_ALWAYS_INLINE void thin(std::byte* codes, std::size_t n, std::size_t begin, const counter_rng& base,
+                                       std::uint32_t threshold, [[maybe_unused]] isa tier) {
+    std::size_t done = 0;
+    while (done < n) {
+        const std::size_t index = begin + done;
+        const std::size_t len = std::min(n - done, rng_block - index % rng_block);
+        const counter_rng rng = base.at_block(index / rng_block);
+        const auto first = static_cast<std::uint32_t>(index % rng_block);
+#if HITCH_COMPRESS_X86
+        if (tier == isa::avx512) {
+            thin_avx512(codes + done / 4, len, first, rng, threshold);
+            done += len;
+            continue;
+        }
+#endif
+        thin_kernel(codes + done / 4, len, first, rng, threshold);
+        done += len;
+    }
+}
+
 HITCH_COMPRESS_STRICT_FP_END
 
 // ---- bit streams of b-bit codes (b in [2, 16]) ----------------------------------------------------------------
