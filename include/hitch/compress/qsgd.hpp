@@ -192,7 +192,12 @@ private:
                 for (std::size_t begin = lo; begin < hi; begin += size) {
                     const std::size_t k = begin / size, len = std::min(size, n - begin);
                     detail::group_moments mo;
-                    detail::moments_kernel<EF, true, false, false>(g + begin, EF ? r_in + begin : nullptr, len, mo);
+#if HITCH_COMPRESS_X86
+                    if (tier == detail::isa::avx512)
+                        mo.sum_squares = detail::sum_squares_avx512<EF>(g + begin, EF ? r_in + begin : nullptr, len);
+                    else
+#endif
+                        detail::moments_kernel<EF, true, false, false>(g + begin, EF ? r_in + begin : nullptr, len, mo);
                     if (!mo.finite || !std::isfinite(mo.sum_squares)) {
                         finite[k] = 0;
                         continue;

@@ -27,7 +27,7 @@ namespace hitch::compress::detail {
 
 HITCH_COMPRESS_STRICT_FP_BEGIN
 /// Reductions over a group. Partial results live in 32 float lanes (element i of a block into lane i % 32), are
-/// folded into doubles in lane order every `moment_block` elements, so every code path gives the same bits.
+/// folded into doubles by a fixed tree every `moment_block` elements, so every code path gives the same bits.
 struct group_moments {
     double sum = 0.0;
     double sum_squares = 0.0;
@@ -77,16 +77,24 @@ HITCH_COMPRESS_ALWAYS_INLINE void moments_kernel(const float* g, const float* r,
                 bad[j] |= a <= 3.40282347e38f ? 0u : 1u;
             }
         }
-        // The block's partial (its lanes in order), then added to the total: block by block, in order.
-        double block_sum = 0.0, block_squares = 0.0;
+        // The block's partial (its lanes folded in halves, a fixed tree: a chain of 32 dependent additions would
+        // cost more than a group of 512 takes to quantise), then added to the total: block by block, in order.
+        double ds[L], dq[L];
+        std::uint32_t any_bad = 0;
         for (std::size_t j = 0; j < L; ++j) {
-            block_sum += static_cast<double>(s[j]);
-            block_squares += static_cast<double>(q[j]);
+            ds[j] = static_cast<double>(s[j]);
+            dq[j] = static_cast<double>(q[j]);
             out.max_abs = m[j] > out.max_abs ? m[j] : out.max_abs;
-            out.finite = out.finite && bad[j] == 0;
+            any_bad |= bad[j];
         }
-        out.sum += block_sum;
-        out.sum_squares += block_squares;
+        for (std::size_t w = L / 2; w >= 1; w /= 2)
+            for (std::size_t j = 0; j < w; ++j) {
+                ds[j] += ds[j + w];
+                dq[j] += dq[j + w];
+            }
+        out.finite = out.finite && any_bad == 0;
+        out.sum += ds[0];
+        out.sum_squares += dq[0];
     }
 }
 
@@ -127,6 +135,58 @@ inline group_moments moments_parallel(const float* g, const float* r, std::size_
     out.finite = out.finite && std::isfinite(out.sum_squares) && std::isfinite(out.sum);
     return out;
 }
+
+#if HITCH_COMPRESS_X86
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+/// moments_kernel<EF, true, false, false>'s sum of squares with AVX-512: the 32 lanes in two vectors (the tail's
+/// missing lanes add +0, which leaves a sum of squares unchanged) and the same fixed tree, so the same bits.
+template <bool EF>
+HITCH_TARGET_AVX512 inline double sum_squares_avx512(const float* g, const float* r, std::size_t n) {
+    double total = 0.0;
+    for (std::size_t start = 0; start < n; start += moment_block) {
+        const std::size_t end = std::min(n, start + moment_block);
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        std::size_t i = start;
+        for (; i + 32 <= end; i += 32) {
+            __m512 v0 = _mm512_loadu_ps(g + i), v1 = _mm512_loadu_ps(g + i + 16);
+            if constexpr (EF) {
+                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(r + i));
+                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(r + i + 16));
+            }
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(v0, v0));
+            a1 = _mm512_add_ps(a1, _mm512_mul_ps(v1, v1));
+        }
+        if (i < end) {
+            const std::size_t rest = end - i;
+            const auto m0 = static_cast<__mmask16>(rest >= 16 ? 0xffffu : (1u << rest) - 1u);
+            const auto m1 = static_cast<__mmask16>(rest <= 16 ? 0u : (1u << (rest - 16)) - 1u);
+            __m512 v0 = _mm512_maskz_loadu_ps(m0, g + i), v1 = _mm512_maskz_loadu_ps(m1, g + i + 16);
+            if constexpr (EF) {
+                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, r + i));
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, r + i + 16));
+            }
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(v0, v0));
+            a1 = _mm512_add_ps(a1, _mm512_mul_ps(v1, v1));
+        }
+        // Lanes j and j + 16, then j and j + 8, j + 4, j + 2, j + 1: moments_kernel's tree.
+        const __m512d e0 = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a0)),
+                                         _mm512_cvtps_pd(_mm512_castps512_ps256(a1)));
+        const __m512d e1 = _mm512_add_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a0), 1))),
+                                         _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a1), 1))));
+        const __m512d f = _mm512_add_pd(e0, e1);
+        const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(f), _mm512_extractf64x4_pd(f, 1));
+        const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+        total += _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
+    }
+    return total;
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
 
 /// Elements per random-number block: element i uses counter_rng(key).at_block(i / 65536).bits(i % 65536).
 inline constexpr std::size_t rng_block = 65536;
