@@ -301,10 +301,19 @@ struct quantize_avx512_constants {
     __m512i two_code;
 };
 
+/// counter_rng::bits of 16 counters up to its last xor-shift: the first two steps folded into one three-way xor,
+/// ((c ^ k) ^ ((c ^ k) >> 16) = c ^ (c >> 16) ^ (k ^ (k >> 16)), key = k ^ (k >> 16)). The last step,
+/// x ^= x >> 16, is left to the caller, who shifts the result anyway: (x ^ (x >> 16)) >> 9 = (x >> 9) ^ (x >> 25).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m512i
+mix16_avx512(__m512i counter, __m512i key, __m512i m1, __m512i m2) {
+    __m512i x = _mm512_ternarylogic_epi32(counter, _mm512_srli_epi32(counter, 16), key, 0x96);  // a ^ b ^ c
+    x = _mm512_mullo_epi32(x, m1);
+    return _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 15)), m2);
+}
+
 /// Codes of the 16 elements at g (counters `counter`) as 32-bit lanes (and, with EF, their residuals): the
-/// computation of quantize_kernel. The hash's first two steps fold into one three-way xor
-/// ((c ^ k) ^ ((c ^ k) >> 16) = c ^ (c >> 16) ^ (k ^ (k >> 16))) and its last shift into the mantissa extraction
-/// ((x ^ (x >> 16)) >> 9 = (x >> 9) ^ (x >> 25)); the bits are those of counter_rng::bits.
+/// computation of quantize_kernel, with the random bits of mix16_avx512 (the last xor-shift folded into the
+/// mantissa extraction); the bits are those of counter_rng::bits.
 template <bool EF, bool Clip>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m512i
 quantize16_avx512(const quantize_avx512_constants& k, const float* g, const float* r_in, float* r_out, __m512i counter) {
@@ -313,9 +322,7 @@ quantize16_avx512(const quantize_avx512_constants& k, const float* g, const floa
     __m512 a = _mm512_and_ps(v, k.abs_mask);
     if constexpr (Clip) a = _mm512_min_ps(a, k.clip);
     const __m512 y = _mm512_min_ps(_mm512_mul_ps(a, k.to_levels), k.s);
-    __m512i x = _mm512_ternarylogic_epi32(counter, _mm512_srli_epi32(counter, 16), k.key, 0x96);  // a ^ b ^ c
-    x = _mm512_mullo_epi32(x, k.m1);
-    x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 15)), k.m2);
+    const __m512i x = mix16_avx512(counter, k.key, k.m1, k.m2);
     const __m512i mantissa =
         _mm512_ternarylogic_epi32(_mm512_srli_epi32(x, 9), _mm512_srli_epi32(x, 25), k.one_exp, 0xbe);  // (a ^ b) | c
     const __m512i level = _mm512_min_epi32(
@@ -342,9 +349,7 @@ quantize16_avx512_binary(const quantize_avx512_constants& k, const float* g, con
     __m512 a = _mm512_and_ps(v, k.abs_mask);
     if constexpr (Clip) a = _mm512_min_ps(a, k.clip);
     const __m512 y = _mm512_mul_ps(a, k.to_levels);
-    __m512i x = _mm512_ternarylogic_epi32(counter, _mm512_srli_epi32(counter, 16), k.key, 0x96);
-    x = _mm512_mullo_epi32(x, k.m1);
-    x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 15)), k.m2);
+    const __m512i x = mix16_avx512(counter, k.key, k.m1, k.m2);
     const __m512i mantissa = _mm512_ternarylogic_epi32(_mm512_srli_epi32(x, 9), _mm512_srli_epi32(x, 25), k.one_exp, 0xbe);
     const __mmask16 sent = _mm512_cmp_ps_mask(_mm512_add_ps(y, _mm512_castsi512_ps(mantissa)), k.two, _CMP_GE_OQ);
     const __m512i bits = _mm512_castps_si512(v);
@@ -493,9 +498,7 @@ HITCH_COMPRESS_ALWAYS_INLINE void thin_kernel(std::byte* codes, std::size_t n, s
 /// The keep mask of 16 elements at `counter`: (bits(i) >> 9) < threshold, the hash folded as in quantize16_avx512.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __mmask16
 keep16_avx512(__m512i counter, __m512i key, __m512i m1, __m512i m2, __m512i limit) {
-    __m512i x = _mm512_ternarylogic_epi32(counter, _mm512_srli_epi32(counter, 16), key, 0x96);
-    x = _mm512_mullo_epi32(x, m1);
-    x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 15)), m2);
+    const __m512i x = mix16_avx512(counter, key, m1, m2);
     return _mm512_cmplt_epu32_mask(_mm512_xor_si512(_mm512_srli_epi32(x, 9), _mm512_srli_epi32(x, 25)), limit);
 }
 
