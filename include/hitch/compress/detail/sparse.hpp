@@ -95,6 +95,33 @@ HITCH_TARGET_AVX2 inline std::size_t collect_avx2(const float* v, std::size_t n,
     finite = finite && _mm256_movemask_ps(bad) == 0;
     return count;  // the caller handles the last n % 32 elements
 }
+
+/// collect_avx2 with AVX-512: comparisons straight into mask registers, two vectors per 32 elements.
+HITCH_TARGET_AVX512 inline std::size_t collect_avx512(const float* v, std::size_t n, float t, sparse_selection& out,
+                                                      std::size_t cap, bool& finite) {
+    const __m512 vt = _mm512_set1_ps(t);
+    const __m512 inf = _mm512_set1_ps(__builtin_huge_valf());
+    __mmask16 bad = 0;
+    std::size_t count = 0, i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(v + i));
+        const __m512 b = _mm512_abs_ps(_mm512_loadu_ps(v + i + 16));
+        // NaN or infinity: "not less than infinity", unordered counts as true.
+        bad = static_cast<__mmask16>(bad | _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(b, inf, _CMP_NLT_UQ));
+        std::uint32_t mask = static_cast<std::uint32_t>(_mm512_cmp_ps_mask(a, vt, _CMP_GE_OQ)) |
+                             static_cast<std::uint32_t>(_mm512_cmp_ps_mask(b, vt, _CMP_GE_OQ)) << 16;
+        if (mask == 0) continue;
+        count += static_cast<std::size_t>(std::popcount(mask));
+        while (mask != 0 && out.size() < cap) {
+            const std::size_t j = static_cast<std::size_t>(std::countr_zero(mask));
+            out.index.push_back(i + j);
+            out.value.push_back(v[i + j]);
+            mask &= mask - 1;
+        }
+    }
+    finite = finite && bad == 0;
+    return count;  // the caller handles the last n % 32 elements
+}
 #endif
 
 /// Collects the elements with |v[i]| >= t into `out` (cleared first), storing at most `cap`; returns the total count.
@@ -105,7 +132,8 @@ inline std::size_t collect_at_least(const float* v, std::size_t n, float t, spar
 #if HITCH_COMPRESS_X86
     if (use_wide()) {
         const std::size_t body = n - n % 32;
-        const std::size_t count = collect_avx2(v, body, t, out, cap, finite);
+        const std::size_t count = use_avx512() ? collect_avx512(v, body, t, out, cap, finite)
+                                               : collect_avx2(v, body, t, out, cap, finite);
         const std::size_t stored = out.size();
         const std::size_t tail = collect_portable(v + body, n - body, t, out, cap, finite);
         for (std::size_t j = stored; j < out.size(); ++j) out.index[j] += body;
