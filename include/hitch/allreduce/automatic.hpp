@@ -11,19 +11,19 @@
 // segments overlap their latencies), so the same first call also times every candidate at seven probe sizes
 // (4 KiB to 16 MiB, about a tenth of a second on one node) and keeps, per candidate, the ratio of measured to
 // modelled time; a prediction is the model times that ratio, interpolated in log(n) between probes and held beyond
-// them. A group remembers the choices made on it, so later calls of a size cost a lookup. Every rank adopts the maximum
-// over ranks of every measurement, so all predict the same and pick the same schedule. group::set_constants() or
-// options::constants replaces the measurements with the user's constants and the pure model (the same on every
-// rank).
+// them. Every rank adopts the maximum over ranks of every measurement, so all predict the same and pick the same
+// schedule. group::set_constants() or options::constants replaces the measurements with the user's constants and
+// the pure model (the same on every rank). A group remembers the choices made on it, so later calls of a size cost
+// a lookup.
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
-#include <cstdint>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -135,9 +135,7 @@ public:
     }
 
     /// The name of the schedule the model picks for p ranks and n bytes (the first of equally cheap ones, in the
-    /// order recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree, parameter_server, native); with
-    /// a profile,
-    /// each model is first scaled by its measured ratio.
+    /// order of candidate_names); with a profile, each model is first scaled by its measured ratio.
     [[nodiscard]] std::string_view choose(int p, std::size_t n_bytes, const cost_constants& k,
                                           const automatic_profile* profile = nullptr) const {
         return candidate_names[static_cast<std::size_t>(choose_index(p, n_bytes, k, profile))];

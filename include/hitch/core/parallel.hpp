@@ -13,15 +13,15 @@
 // hitch/optim/detail/norm.hpp).
 //
 // The calling thread always works on its own call's chunks, so nested calls and calls from several threads at
-// once cannot deadlock: if every worker is busy elsewhere the caller runs all its chunks itself.
+// once cannot deadlock: if every worker is busy elsewhere the caller runs all its chunks itself. An exception
+// thrown by any chunk is rethrown in the caller once every started chunk has finished (later chunks are skipped).
+// The pool never prints.
 //
 // Waking a sleeping thread costs tens of microseconds on a virtual machine, as much as a chunk of a 1 MiB loop:
 // a worker that finished a job therefore watches for the next one for a short while (spin_wait, yielding the
 // processor between looks so other processes still run) before it sleeps, and a caller watches its job's last
 // chunks the same way before it blocks. Back-to-back loops (an encode's passes, an optimizer's layers) then pay
-// no wake-up. An exception
-// thrown by any chunk is rethrown in the caller once every started chunk has finished (later chunks are skipped).
-// The pool never prints.
+// no wake-up.
 
 #include <algorithm>
 #include <atomic>
@@ -86,10 +86,9 @@ private:
 
     std::mutex mutex_;
     std::atomic<std::size_t> queued_{0};  // queue_.size(), for idle workers to watch without the mutex
-    std::atomic<bool> stop_flag_{false};
     std::condition_variable cv_;
     std::deque<job*> queue_;  // jobs with chunks not yet claimed
-    bool stopping_ = false;
+    std::atomic<bool> stopping_{false};  // set under mutex_ (the condition variable's predicate reads it)
     std::vector<std::thread> workers_;
 };
 
@@ -145,7 +144,6 @@ inline thread_pool::thread_pool(std::size_t threads) {
             std::lock_guard lock(mutex_);
             stopping_ = true;
         }
-        stop_flag_.store(true, std::memory_order_release);
         cv_.notify_all();
         for (auto& t : workers_) t.join();
         throw;
@@ -157,7 +155,6 @@ inline thread_pool::~thread_pool() {
         std::lock_guard lock(mutex_);
         stopping_ = true;
     }
-    stop_flag_.store(true, std::memory_order_release);
     cv_.notify_all();
     for (auto& t : workers_) t.join();
 }
@@ -205,7 +202,7 @@ inline void thread_pool::worker_loop() {
         {
             // Recently busy: watch for the next job for a moment before sleeping on the condition variable.
             spin_until([&] {
-                return queued_.load(std::memory_order_acquire) != 0 || stop_flag_.load(std::memory_order_acquire);
+                return queued_.load(std::memory_order_acquire) != 0 || stopping_.load(std::memory_order_acquire);
             });
             std::unique_lock lock(mutex_);
             cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });

@@ -137,10 +137,7 @@ inline group_moments moments_parallel(const float* g, const float* r, std::size_
 }
 
 #if HITCH_COMPRESS_X86
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+HITCH_COMPRESS_AVX512_WARNINGS_BEGIN
 /// moments_kernel<EF, true, false, false>'s sum of squares with AVX-512: the 32 lanes in two vectors (the tail's
 /// missing lanes add +0, which leaves a sum of squares unchanged) and the same fixed tree, so the same bits.
 template <bool EF>
@@ -183,13 +180,24 @@ HITCH_TARGET_AVX512 inline double sum_squares_avx512(const float* g, const float
     }
     return total;
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+HITCH_COMPRESS_AVX512_WARNINGS_END
 #endif
 
 /// Elements per random-number block: element i uses counter_rng(key).at_block(i / 65536).bits(i % 65536).
 inline constexpr std::size_t rng_block = 65536;
+
+/// Calls f(done, len, first, rng) for the pieces of elements [begin, begin + n) that lie in one random-number block
+/// each: elements [begin + done, begin + done + len) are that block's elements first, first + 1, ... and draw from
+/// `rng`.
+template <class F>
+HITCH_COMPRESS_ALWAYS_INLINE void for_rng_blocks(std::size_t begin, std::size_t n, const counter_rng& base, F&& f) {
+    for (std::size_t done = 0; done < n;) {
+        const std::size_t index = begin + done, offset = index % rng_block;
+        const std::size_t len = std::min(n - done, rng_block - offset);
+        f(done, len, static_cast<std::uint32_t>(offset), base.at_block(index / rng_block));
+        done += len;
+    }
+}
 
 /// What the quantiser needs for one group: y = min(|v| (clipped) * to_levels, s), level = floor(y + U) with U
 /// uniform in [0, 1) from the element's random bits, at most s; decoded magnitude level * unit.
@@ -232,7 +240,7 @@ struct quantize_avx2_constants {
 
 /// Codes of elements [i, i + 8) as 32-bit lanes (and, with EF, their residuals).
 template <bool EF, bool Clip>
-__attribute__((target("avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m256i quantize8_avx2(
+HITCH_TARGET_AVX2_INLINE __m256i quantize8_avx2(
     const quantize_avx2_constants& k, const float* g, const float* r_in, float* r_out, std::uint32_t index) {
     __m256 v = _mm256_loadu_ps(g);
     if constexpr (EF) v = _mm256_add_ps(v, _mm256_loadu_ps(r_in));
@@ -288,11 +296,7 @@ HITCH_TARGET_AVX2 inline void quantize_avx2(const float* g, const float* r_in, f
                               first + static_cast<std::uint32_t>(i), rng, q, codes + i);
 }
 
-// GCC 12 warns, wrongly, that the AVX-512 intrinsics' pass-through operands may be uninitialised.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+HITCH_COMPRESS_AVX512_WARNINGS_BEGIN
 /// The constants of quantize_avx512, broadcast once.
 struct quantize_avx512_constants {
     __m512 abs_mask, clip, to_levels, s, unit;
@@ -304,7 +308,7 @@ struct quantize_avx512_constants {
 /// counter_rng::bits of 16 counters up to its last xor-shift: the first two steps folded into one three-way xor,
 /// ((c ^ k) ^ ((c ^ k) >> 16) = c ^ (c >> 16) ^ (k ^ (k >> 16)), key = k ^ (k >> 16)). The last step,
 /// x ^= x >> 16, is left to the caller, who shifts the result anyway: (x ^ (x >> 16)) >> 9 = (x >> 9) ^ (x >> 25).
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m512i
+HITCH_TARGET_AVX512_INLINE __m512i
 mix16_avx512(__m512i counter, __m512i key, __m512i m1, __m512i m2) {
     __m512i x = _mm512_ternarylogic_epi32(counter, _mm512_srli_epi32(counter, 16), key, 0x96);  // a ^ b ^ c
     x = _mm512_mullo_epi32(x, m1);
@@ -315,7 +319,7 @@ mix16_avx512(__m512i counter, __m512i key, __m512i m1, __m512i m2) {
 /// computation of quantize_kernel, with the random bits of mix16_avx512 (the last xor-shift folded into the
 /// mantissa extraction); the bits are those of counter_rng::bits.
 template <bool EF, bool Clip>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m512i
+HITCH_TARGET_AVX512_INLINE __m512i
 quantize16_avx512(const quantize_avx512_constants& k, const float* g, const float* r_in, float* r_out, __m512i counter) {
     __m512 v = _mm512_loadu_ps(g);
     if constexpr (EF) v = _mm512_add_ps(v, _mm512_loadu_ps(r_in));
@@ -341,7 +345,7 @@ quantize16_avx512(const quantize_avx512_constants& k, const float* g, const floa
 /// quantize16_avx512 for s = 1 (TernGrad, QSGD with one level): y + f lies in [1, 3), so the level,
 /// min(floor(y + f) - 1, 1), is 1 exactly when y + f >= 2, and y needs no clamp to s (above 1 it still gives 1).
 template <bool EF, bool Clip>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m512i
+HITCH_TARGET_AVX512_INLINE __m512i
 quantize16_avx512_binary(const quantize_avx512_constants& k, const float* g, const float* r_in, float* r_out,
                          __m512i counter) {
     __m512 v = _mm512_loadu_ps(g);
@@ -363,7 +367,7 @@ quantize16_avx512_binary(const quantize_avx512_constants& k, const float* g, con
 }
 
 template <bool EF, bool Clip, bool Binary>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __m512i
+HITCH_TARGET_AVX512_INLINE __m512i
 quantize16_avx512_any(const quantize_avx512_constants& k, const float* g, const float* r_in, float* r_out,
                       __m512i counter) {
     if constexpr (Binary) return quantize16_avx512_binary<EF, Clip>(k, g, r_in, r_out, counter);
@@ -415,9 +419,7 @@ HITCH_TARGET_AVX512 inline void quantize_avx512(const float* g, const float* r_i
     quantize_kernel<EF, Clip>(g + i, EF ? r_in + i : r_in, EF ? r_out + i : r_out, n - i,
                               first + static_cast<std::uint32_t>(i), rng, q, codes + i);
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+HITCH_COMPRESS_AVX512_WARNINGS_END
 #endif
 
 /// Quantises [begin, begin + n) of a bucket (indices global, for the random numbers) into codes[0, n); with EF
@@ -427,35 +429,27 @@ template <bool EF, bool Clip, class Code>
 HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, float* r_out, std::size_t n,
                                            std::size_t begin, const counter_rng& base, const quantizer& q, Code* codes,
                                            [[maybe_unused]] isa tier) {
-    std::size_t done = 0;
-    while (done < n) {
-        const std::size_t index = begin + done;
-        const std::size_t block = index / rng_block, offset = index % rng_block;
-        const std::size_t len = std::min(n - done, rng_block - offset);
-        const counter_rng rng = base.at_block(block);
+    for_rng_blocks(begin, n, base, [&](std::size_t done, std::size_t len, std::uint32_t first, const counter_rng& rng)
+                                       HITCH_COMPRESS_INLINE_LAMBDA {
         const float* gp = g + done;
         const float* rp = EF ? r_in + done : r_in;
         float* op = EF ? r_out + done : r_out;
         Code* cp = codes + done;
-        const auto first = static_cast<std::uint32_t>(offset);
 #if HITCH_COMPRESS_X86
         if constexpr (sizeof(Code) == 1) {
             if (tier == isa::avx512) {
                 if (q.levels == 1) quantize_avx512<EF, Clip, true>(gp, rp, op, len, first, rng, q, cp);
                 else quantize_avx512<EF, Clip, false>(gp, rp, op, len, first, rng, q, cp);
-                done += len;
-                continue;
+                return;
             }
             if (tier == isa::avx2) {
                 quantize_avx2<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
-                done += len;
-                continue;
+                return;
             }
         }
 #endif
         quantize_kernel<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
-        done += len;
-    }
+    });
 }
 
 // ---- thinning of 2-bit codes (one-pass TernGrad) ---------------------------------------------------------------
@@ -491,12 +485,9 @@ HITCH_COMPRESS_ALWAYS_INLINE void thin_kernel(std::byte* codes, std::size_t n, s
 }
 
 #if HITCH_COMPRESS_X86
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+HITCH_COMPRESS_AVX512_WARNINGS_BEGIN
 /// The keep mask of 16 elements at `counter`: (bits(i) >> 9) < threshold, the hash folded as in quantize16_avx512.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline __mmask16
+HITCH_TARGET_AVX512_INLINE __mmask16
 keep16_avx512(__m512i counter, __m512i key, __m512i m1, __m512i m2, __m512i limit) {
     const __m512i x = mix16_avx512(counter, key, m1, m2);
     return _mm512_cmplt_epu32_mask(_mm512_xor_si512(_mm512_srli_epi32(x, 9), _mm512_srli_epi32(x, 25)), limit);
@@ -528,30 +519,22 @@ HITCH_TARGET_AVX512 inline void thin_avx512(std::byte* codes, std::size_t n, std
     }
     thin_kernel(codes + i / 4, n - i, first + static_cast<std::uint32_t>(i), rng, threshold);
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+HITCH_COMPRESS_AVX512_WARNINGS_END
 #endif
 
 /// Thins the 2-bit codes of elements [begin, begin + n) of a bucket (begin a multiple of 4, codes at its byte).
 HITCH_COMPRESS_ALWAYS_INLINE void thin(std::byte* codes, std::size_t n, std::size_t begin, const counter_rng& base,
                                        std::uint32_t threshold, [[maybe_unused]] isa tier) {
-    std::size_t done = 0;
-    while (done < n) {
-        const std::size_t index = begin + done;
-        const std::size_t len = std::min(n - done, rng_block - index % rng_block);
-        const counter_rng rng = base.at_block(index / rng_block);
-        const auto first = static_cast<std::uint32_t>(index % rng_block);
+    for_rng_blocks(begin, n, base, [&](std::size_t done, std::size_t len, std::uint32_t first, const counter_rng& rng)
+                                       HITCH_COMPRESS_INLINE_LAMBDA {
 #if HITCH_COMPRESS_X86
         if (tier == isa::avx512) {
             thin_avx512(codes + done / 4, len, first, rng, threshold);
-            done += len;
-            continue;
+            return;
         }
 #endif
         thin_kernel(codes + done / 4, len, first, rng, threshold);
-        done += len;
-    }
+    });
 }
 
 HITCH_COMPRESS_STRICT_FP_END

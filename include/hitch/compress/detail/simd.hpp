@@ -21,11 +21,27 @@
 #define HITCH_TARGET_AVX2 __attribute__((target("avx2,f16c,bmi,bmi2,popcnt")))
 #define HITCH_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt")))
 #define HITCH_TARGET_SSE42 __attribute__((target("sse4.2")))
+/// Pieces of an intrinsics kernel, inlined into the kernel that calls them (which has the same target).
+#define HITCH_TARGET_AVX2_INLINE \
+    __attribute__((target("avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline
+#define HITCH_TARGET_AVX512_INLINE \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline
 #else
 #define HITCH_COMPRESS_X86 0
 #define HITCH_TARGET_AVX2
 #define HITCH_TARGET_AVX512
 #define HITCH_TARGET_SSE42
+#endif
+
+// GCC 12 warns, wrongly, that AVX-512 intrinsics' pass-through operands may be uninitialised: kernels using them
+// sit between these.
+#if defined(__GNUC__) && !defined(__clang__)
+#define HITCH_COMPRESS_AVX512_WARNINGS_BEGIN \
+    _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define HITCH_COMPRESS_AVX512_WARNINGS_END _Pragma("GCC diagnostic pop")
+#else
+#define HITCH_COMPRESS_AVX512_WARNINGS_BEGIN
+#define HITCH_COMPRESS_AVX512_WARNINGS_END
 #endif
 
 // No fused multiply-add contraction in the kernels, whatever the target of a wide build, so every build computes

@@ -61,6 +61,20 @@ inline std::size_t collect_portable(const float* v, std::size_t n, float t, spar
 }
 
 #if HITCH_COMPRESS_X86
+/// Appends the elements i + j of v whose bit j is set in `mask` (in order, while out holds fewer than `cap`);
+/// returns how many bits are set.
+HITCH_COMPRESS_ALWAYS_INLINE std::size_t append_selected(std::uint32_t mask, const float* v, std::size_t i,
+                                                         sparse_selection& out, std::size_t cap) {
+    const auto count = static_cast<std::size_t>(std::popcount(mask));
+    while (mask != 0 && out.size() < cap) {
+        const auto j = static_cast<std::size_t>(std::countr_zero(mask));
+        out.index.push_back(i + j);
+        out.value.push_back(v[i + j]);
+        mask &= mask - 1;
+    }
+    return count;
+}
+
 /// The first n - n % 32 elements of the scan.
 HITCH_TARGET_AVX2 inline std::size_t collect_avx2(const float* v, std::size_t n, float t, sparse_selection& out,
                                                   std::size_t cap, bool& finite) {
@@ -82,15 +96,8 @@ HITCH_TARGET_AVX2 inline std::size_t collect_avx2(const float* v, std::size_t n,
         const auto mb = static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(b, vt, _CMP_GE_OQ)));
         const auto mc = static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(c, vt, _CMP_GE_OQ)));
         const auto md = static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(d, vt, _CMP_GE_OQ)));
-        std::uint32_t mask = ma | mb << 8 | mc << 16 | md << 24;
-        if (mask == 0) continue;
-        count += static_cast<std::size_t>(std::popcount(mask));
-        while (mask != 0 && out.size() < cap) {
-            const std::size_t j = static_cast<std::size_t>(std::countr_zero(mask));
-            out.index.push_back(i + j);
-            out.value.push_back(v[i + j]);
-            mask &= mask - 1;
-        }
+        const std::uint32_t mask = ma | mb << 8 | mc << 16 | md << 24;
+        if (mask != 0) count += append_selected(mask, v, i, out, cap);
     }
     finite = finite && _mm256_movemask_ps(bad) == 0;
     return count;  // the caller handles the last n % 32 elements
@@ -108,16 +115,9 @@ HITCH_TARGET_AVX512 inline std::size_t collect_avx512(const float* v, std::size_
         const __m512 b = _mm512_abs_ps(_mm512_loadu_ps(v + i + 16));
         // NaN or infinity: "not less than infinity", unordered counts as true.
         bad = static_cast<__mmask16>(bad | _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(b, inf, _CMP_NLT_UQ));
-        std::uint32_t mask = static_cast<std::uint32_t>(_mm512_cmp_ps_mask(a, vt, _CMP_GE_OQ)) |
-                             static_cast<std::uint32_t>(_mm512_cmp_ps_mask(b, vt, _CMP_GE_OQ)) << 16;
-        if (mask == 0) continue;
-        count += static_cast<std::size_t>(std::popcount(mask));
-        while (mask != 0 && out.size() < cap) {
-            const std::size_t j = static_cast<std::size_t>(std::countr_zero(mask));
-            out.index.push_back(i + j);
-            out.value.push_back(v[i + j]);
-            mask &= mask - 1;
-        }
+        const std::uint32_t mask = static_cast<std::uint32_t>(_mm512_cmp_ps_mask(a, vt, _CMP_GE_OQ)) |
+                                   static_cast<std::uint32_t>(_mm512_cmp_ps_mask(b, vt, _CMP_GE_OQ)) << 16;
+        if (mask != 0) count += append_selected(mask, v, i, out, cap);
     }
     finite = finite && bad == 0;
     return count;  // the caller handles the last n % 32 elements
