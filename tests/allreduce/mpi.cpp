@@ -1,5 +1,5 @@
 // The schedules and collectives over comm::mpi under mpiexec (2, 3 and 4 ranks): every schedule, native included,
-// against the serial reference and against MPI's own MPI_Allreduce; identical bytes on every rank (compared with
+// on the staged path (the ranks share a node) and a selection on the message path, against the serial reference and against MPI's own MPI_Allreduce; identical bytes on every rank (compared with
 // MPI_Bcast of rank 0's result); mismatches reported on every rank; the non-blocking forms, the fusion buffer and
 // allgather_bytes across processes.
 #include <catch2/catch.hpp>
@@ -39,13 +39,14 @@ bool same_as_rank0(const std::vector<T>& v) {
 }
 
 template <class T, class Schedule>
-void exact_sweep(group<mpi>& g, const Schedule& schedule, std::initializer_list<reduce_op> ops, const std::vector<std::size_t>& ns) {
+void exact_sweep(group<mpi>& g, const Schedule& schedule, std::initializer_list<reduce_op> ops, const std::vector<std::size_t>& ns,
+                 const call_options& options = {}) {
     const int p = g.size();
     for (std::size_t n : ns)
         for (reduce_op op : ops) {
             const auto value = [](int r, std::size_t i) { return hitch_test::exact_value<T>(r, i, 3); };
             std::vector<T> data = hitch_test::make_input<T>(g.rank(), n, value);
-            allreduce(g, hitch::view(data), op, schedule);
+            allreduce(g, hitch::view(data), op, schedule, options);
             const auto want = hitch_test::reference<T>(p, n, op, value);
             INFO(Schedule::name << " " << hitch::name(hitch::dtype_of<T>()) << " " << name(op) << " n = " << n << " p = " << p);
             REQUIRE(everywhere(hitch_test::first_difference(std::span<const T>(data), std::span<const T>(want)) == -1));
@@ -94,6 +95,20 @@ TEST_CASE("comm::mpi: parameter_server", "[allreduce][mpi]") {
 }
 TEST_CASE("comm::mpi: native", "[allreduce][mpi]") { full_check(native{}, true); }
 TEST_CASE("comm::mpi: automatic", "[allreduce][mpi]") { full_check(automatic{}, true); }
+
+TEST_CASE("comm::mpi: the message path (shared memory off)", "[allreduce][mpi]") {
+    mpi comm;
+    group g(comm);
+    call_options messages;
+    messages.shared_memory = false;
+    const std::initializer_list<reduce_op> ops{reduce_op::sum, reduce_op::average, reduce_op::max};
+    for (std::size_t n : {std::size_t{0}, std::size_t{7}, std::size_t{1000}, large_count}) {
+        exact_sweep<float>(g, ring{}, ops, {n}, messages);
+        exact_sweep<hitch::half>(g, rabenseifner{}, ops, {n}, messages);
+        exact_sweep<double>(g, double_binary_tree{}, ops, {n}, messages);
+        exact_sweep<float>(g, parameter_server{}, ops, {n}, messages);
+    }
+}
 
 TEST_CASE("comm::mpi: native without the agreement check polls MPI_Iallreduce", "[allreduce][mpi]") {
     mpi comm;

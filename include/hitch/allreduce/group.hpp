@@ -52,7 +52,8 @@ struct call_options {
     /// sequence number, fingerprint) before moving data; a disagreement throws mismatch_error on every rank.
     /// Turning it off saves one round of small messages per call; ranks must then agree on their own.
     bool check = true;
-    /// Use the direct (shared-memory) path where the communicator's ranks share an address space.
+    /// Use shared memory where the communicator offers it: the direct path when its ranks share an address space,
+    /// the staged path (pipes in a shared mapping) when they are processes on one node.
     bool shared_memory = true;
     /// Deadline of the whole call in seconds; 0 uses the communicator's timeout.
     double timeout_s = 0.0;
@@ -235,7 +236,9 @@ template <communicator C>
 class group {
 public:
     /// Collective over `parent`: splits a private communicator for hitch's traffic.
-    explicit group(C& parent) : comm_(parent.split(0, parent.rank())), timeout_s_(parent.timeout().count()) {}
+    explicit group(C& parent) : comm_(parent.split(0, parent.rank())), timeout_s_(parent.timeout().count()) {
+        attach_pipes(comm_, state_);  // processes on one node: the transport's staged path
+    }
     group(const group&) = delete;
     group& operator=(const group&) = delete;
     /// Runs what is still queued, then stops the progress thread.

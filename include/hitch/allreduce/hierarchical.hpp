@@ -79,10 +79,10 @@ public:
             return s;
         });
         const reduce_op level_op = op == reduce_op::average ? reduce_op::sum : op;
-        transport<C> intra(levels->intra, t.sequence(), t.limit(), t.direct(), levels->intra_state);
+        transport<C> intra(levels->intra, t.sequence(), t.limit(), t.shared_memory(), levels->intra_state);
         intra_.reduce(intra, std::span<const T>(data), data, level_op, 0);
         if (levels->intra.rank() == 0) {
-            transport<C> inter(levels->leaders, t.sequence(), t.limit(), t.direct(), levels->leaders_state);
+            transport<C> inter(levels->leaders, t.sequence(), t.limit(), t.shared_memory(), levels->leaders_state);
             inter_.run(inter, data, level_op);
             if (op == reduce_op::average) divide(data.data(), data.size(), p);
         }
@@ -95,7 +95,10 @@ private:
     struct state {
         state(C& comm, int g)
             : intra(comm.split(comm.rank() / g, comm.rank())),
-              leaders(comm.split(comm.rank() % g == 0 ? 0 : 1, comm.rank())) {}
+              leaders(comm.split(comm.rank() % g == 0 ? 0 : 1, comm.rank())) {
+            attach_pipes(intra, intra_state);
+            attach_pipes(leaders, leaders_state);
+        }
         C intra;
         C leaders;  // for non-leaders: the other ranks' communicator, unused
         shared_state<C> intra_state;

@@ -230,6 +230,13 @@ void combine_many(T* dst, const T* const* sources, std::size_t k, std::size_t n,
     }
 }
 
+/// How a received segment is combined into the receiver's buffer (transport::exchange_reduce, receive_combine).
+struct combine_spec {
+    reduce_op op = reduce_op::sum;
+    bool incoming_left = true;  ///< the received data is the left operand of op
+    int divisor = 1;            ///< != 1: this is the average's last combination
+};
+
 /// Divides every element by `divisor` (rounding once): an average whose sum was completed elsewhere.
 template <floating_element T>
 void divide(T* data, std::size_t n, int divisor) noexcept {

@@ -269,8 +269,9 @@ private:
             if (step < rs_steps) {
                 if constexpr (floating_element<T>) {
                     const std::size_t w = std::min(seg, in.count);
-                    recvs[k][j] = t.template receive<T>(prev, step, dst.size(),
-                                                        t.needs_slots() ? slots[k].subspan((j % depth) * w, dst.size()) : std::span<T>());
+                    recvs[k][j] = t.template receive_combine<T>(
+                        prev, step, dst, combine_spec{op, true, step == rs_steps - 1 ? p : 1},
+                        t.needs_slots() ? slots[k].subspan((j % depth) * w, dst.size()) : std::span<T>());
                 }
             } else {
                 recvs[k][j] = t.template receive_into<T>(prev, step, dst);
@@ -295,12 +296,8 @@ private:
                 if (j >= recvs[k].size()) continue;
                 while (posted[k] <= j) post(step, true);
                 incoming& in = recvs[k][j];
-                in.wait(t.limit());
+                in.wait(t.limit());  // a reduce-scatter segment is combined into place on arrival
                 const std::span<T> dst = piece(received_chunk(step), j);
-                if constexpr (floating_element<T>) {
-                    if (step < rs_steps)
-                        combine(dst.data(), in.data(), dst.data(), dst.size(), op, step == rs_steps - 1 ? p : 1);
-                }
                 in.release();
                 if (step + 1 < steps) sends[k + 1].push_back(t.template send<T>(next, step + 1, std::span<const T>(dst)));
                 while (posted[k] < std::min(j + 1 + depth, recvs[k].size()) && post(step, false)) {

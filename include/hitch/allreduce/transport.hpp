@@ -16,6 +16,11 @@
 // message, so every schedule runs unchanged on either path, and a reduction reads the peer's bytes exactly once
 // instead of copying them first.
 //
+// Between processes on one node (a communicator offering map_node_memory, e.g. comm::mpi with every rank on one
+// node) the transport is *staged*: messages pass through small pipes in shared memory (allreduce/detail/pipes.hpp),
+// matched there by call, channel and order, instead of through the communicator: one copy in and one read out,
+// both through the shared cache, where a message through MPI costs two copies and a pass over scratch.
+//
 // Tags: every message of a call uses tags derived from the call's sequence number inside hitch's reserved range
 // (collective_tag_base(comm) .. comm.max_tag()), so a late message of one call can never match another call.
 
@@ -40,6 +45,7 @@
 #include <vector>
 
 #include "hitch/allreduce/cost.hpp"
+#include "hitch/allreduce/detail/pipes.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/core/deadline.hpp"
@@ -170,6 +176,8 @@ struct shared_state {
     mutable std::mutex m;
     std::optional<cost_constants> constants;
     std::map<std::string, std::shared_ptr<void>, std::less<>> cache;
+    /// The staged path's pipes (null unless the communicator's ranks share a node and it could map them).
+    std::shared_ptr<detail::pipes> pipes;
 
     /// The cached object under `key`, made by `make()` on first use (make() may run collectives: every rank
     /// reaches the same first use in the same call).
@@ -185,6 +193,20 @@ struct shared_state {
         return made;
     }
 };
+
+/// Collective over `comm`: gives `state` the pipes of the transport's staged path when `comm` can map memory that
+/// all its ranks share (comm::mpi with every rank on one node), and leaves it without otherwise.
+template <communicator C>
+void attach_pipes(C& comm, shared_state<C>& state) {
+    if constexpr (requires(C& c, std::size_t b) {
+                      { c.map_node_memory(b) } -> std::convertible_to<std::shared_ptr<comm::node_memory>>;
+                  }) {
+        const detail::pipes::layout shape = detail::pipes::layout_for(comm.size());
+        if (comm.size() > 1 && shape.slots >= 2)
+            if (auto memory = comm.map_node_memory(detail::pipes::part_bytes(comm.size(), shape)))
+                state.pipes = std::make_shared<detail::pipes>(std::move(memory), comm.rank(), comm.size(), shape);
+    }
+}
 
 namespace detail {
 
@@ -216,6 +238,12 @@ template <class Ready>
     }
 }
 
+/// Cores the process may run on, read once (std::thread::hardware_concurrency() reads /sys on every call).
+[[nodiscard]] inline int cores() noexcept {
+    static const int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return n;
+}
+
 [[nodiscard]] inline bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) noexcept {
     if (a_bytes == 0 || b_bytes == 0) return false;
     const auto x = reinterpret_cast<std::uintptr_t>(a);
@@ -224,13 +252,6 @@ template <class Ready>
 }
 
 }  // namespace detail
-
-/// How an incoming segment is combined into the receiver's buffer by exchange().
-struct combine_spec {
-    reduce_op op = reduce_op::sum;
-    bool incoming_left = true;  ///< the received data is the left operand of op
-    int divisor = 1;            ///< != 1: this is the average's last combination
-};
 
 /// One collective call's view of the communicator (see the file comment). Not thread-safe; one per call.
 template <communicator C>
@@ -244,28 +265,49 @@ public:
         outgoing() = default;
         outgoing(const outgoing&) = delete;
         outgoing& operator=(const outgoing&) = delete;
-        outgoing(outgoing&&) noexcept = default;
         outgoing& operator=(outgoing&& o) noexcept {
             if (this != &o) {
                 abandon();
                 request_ = std::move(o.request_);
                 lease_ = std::move(o.lease_);
+                pipe_ = std::exchange(o.pipe_, nullptr);
+                engine_ = o.engine_;
                 peer_ = o.peer_;
                 channel_ = o.channel_;
                 spin_ = o.spin_;
             }
             return *this;
         }
+        outgoing(outgoing&& o) noexcept
+            : request_(std::move(o.request_)),
+              lease_(std::move(o.lease_)),
+              pipe_(std::exchange(o.pipe_, nullptr)),
+              engine_(o.engine_),
+              peer_(o.peer_),
+              channel_(o.channel_),
+              spin_(o.spin_) {}
         ~outgoing() { abandon(); }
 
-        /// True once the buffer may be reused (message sent, or the peer consumed it in place).
+        /// True once the buffer may be reused (message sent, staged, or the peer consumed it in place).
         bool test() {
+            if (pipe_ != nullptr) {
+                if (!pipe_->done) engine_->progress();
+                return pipe_->done;
+            }
             if (request_ && !request_->test()) return false;
             if (lease_) return lease_->state.load(std::memory_order_acquire) == detail::direct_lease::consumed;
             return true;
         }
         void wait(const deadline& limit) {
             if (detail::spin_for(spin_, [&] { return test(); })) return;
+            if (pipe_ != nullptr) {
+                if (poll_until(limit, [&] { return test(); })) return;
+                throw timeout_error("hitch::allreduce staged send",
+                                    hitch::detail::concat("to rank ", peer_, " on channel ", channel_, ": ", pipe_->staged,
+                                                          " of ", pipe_->pieces,
+                                                          " pieces staged, the peer's pipe stayed full (it did not receive)"),
+                                    limit.waited());
+            }
             if (request_) request_->wait(limit);
             if (!lease_) return;
             if (poll_until(limit, [&] { return lease_->state.load(std::memory_order_acquire) == detail::direct_lease::consumed; }))
@@ -275,13 +317,14 @@ public:
                                                       ": the peer did not read the data"),
                                 limit.waited());
         }
-        [[nodiscard]] bool active() const noexcept { return request_.has_value() || lease_ != nullptr; }
+        [[nodiscard]] bool active() const noexcept { return request_.has_value() || lease_ != nullptr || pipe_ != nullptr; }
 
     private:
         friend class transport;
         /// A direct send given up before the peer read it: revoke it, or let a read in progress finish, so the
         /// buffer is never read after the caller moves on.
         void abandon() noexcept {
+            if (pipe_ != nullptr) engine_->abandon(std::exchange(pipe_, nullptr));
             if (!lease_) return;
             int expected = detail::direct_lease::open;
             if (!lease_->state.compare_exchange_strong(expected, detail::direct_lease::revoked)) {
@@ -292,6 +335,8 @@ public:
         }
         std::optional<request_type> request_;
         std::shared_ptr<detail::direct_lease> lease_;
+        detail::pipes::send_op* pipe_ = nullptr;
+        detail::pipes* engine_ = nullptr;
         int peer_ = 0;
         int channel_ = 0;
         std::chrono::nanoseconds spin_{0};
@@ -305,10 +350,15 @@ public:
         incoming() = default;
         incoming(const incoming&) = delete;
         incoming& operator=(const incoming&) = delete;
-        incoming(incoming&&) noexcept = default;
+        incoming(incoming&& o) noexcept { *this = std::move(o); }
         incoming& operator=(incoming&& o) noexcept {
             if (this != &o) {
                 finish_abandoned();
+                pipe_ = std::exchange(o.pipe_, nullptr);
+                engine_ = o.engine_;
+                channel_ = o.channel_;
+                combine_dst_ = o.combine_dst_;
+                spec_ = o.spec_;
                 request_ = std::move(o.request_);
                 descriptor_ = std::move(o.descriptor_);
                 lease_ = std::move(o.lease_);
@@ -328,12 +378,25 @@ public:
         /// True once the data can be read (and, for receive_into, once it has been copied).
         bool test() {
             if (state_ != waiting) return true;
+            if (pipe_ != nullptr) {
+                if (!pipe_->done) engine_->progress();
+                if (!pipe_->done) return false;
+                arrive_staged();
+                return true;
+            }
             if (request_ && !request_->test()) return false;
             arrive();
             return true;
         }
         void wait(const deadline& limit) {
             if (state_ != waiting) return;
+            if (pipe_ != nullptr) {
+                if (detail::spin_for(spin_, [&] { return test(); }) || poll_until(limit, [&] { return test(); })) return;
+                throw timeout_error("hitch::allreduce staged receive",
+                                    hitch::detail::concat("from rank ", peer_, " on channel ", channel_, ": ",
+                                                          detail::pipes::progress_of(*pipe_)),
+                                    limit.waited());
+            }
             if (request_ && !detail::spin_for(spin_, [&] { return request_->test(); })) request_->wait(limit);
             arrive();
         }
@@ -351,6 +414,7 @@ public:
         }
         /// Done reading: a direct sender may now reuse its buffer.
         void release() noexcept {
+            if (pipe_ != nullptr) engine_->release(std::exchange(pipe_, nullptr));
             if (lease_) {
                 lease_->state.store(detail::direct_lease::consumed, std::memory_order_release);
                 lease_.reset();
@@ -396,8 +460,31 @@ public:
                 }
             }
             state_ = ready;
+            if constexpr (floating_element<T>) {
+                if (combine_dst_ != nullptr) {
+                    transport::combine_into(combine_dst_, data_, combine_dst_, count_, spec_);
+                    data_ = combine_dst_;
+                    release();
+                }
+            }
+        }
+        void arrive_staged() {
+            if (!pipe_->error.empty()) {
+                std::string why = pipe_->error;
+                release();
+                state_ = released;
+                throw comm_error(why);
+            }
+            if (pipe_->view != nullptr) data_ = reinterpret_cast<const T*>(pipe_->view);
+            if (combine_dst_ != nullptr) data_ = combine_dst_;
+            if (into_ != nullptr || combine_dst_ != nullptr) {  // copied or combined: nothing is held
+                release();
+                return;
+            }
+            state_ = ready;
         }
         void finish_abandoned() noexcept {
+            if (pipe_ != nullptr) engine_->abandon(std::exchange(pipe_, nullptr));
             if (descriptor_ && request_) {
                 // The descriptor may have arrived without being looked at: take the lease so the sender can go on.
                 bool arrived = false;
@@ -417,6 +504,11 @@ public:
         }
 
         std::optional<request_type> request_;
+        detail::pipes::recv_op* pipe_ = nullptr;
+        detail::pipes* engine_ = nullptr;
+        int channel_ = 0;
+        T* combine_dst_ = nullptr;  // receive_combine(): the buffer the message is combined into
+        combine_spec spec_{};
         std::unique_ptr<detail::direct_descriptor> descriptor_;
         std::shared_ptr<detail::direct_lease> lease_;
         const T* data_ = nullptr;
@@ -438,10 +530,17 @@ public:
           tag_base_(call_tag_base(comm, sequence)),
           rank_(comm.rank()),
           size_(comm.size()),
+          shared_memory_(direct),
           direct_(direct && shares_address_space_v<C>),
-          spin_(shares_address_space_v<C> && size_ <= static_cast<int>(std::thread::hardware_concurrency())
+          pipes_(direct && !direct_ ? state.pipes.get() : nullptr),
+          spin_((shares_address_space_v<C> || pipes_ != nullptr) && size_ <= detail::cores()
                     ? std::chrono::microseconds(50)
-                    : std::chrono::microseconds(0)) {}
+                    : std::chrono::microseconds(0)) {
+        if (pipes_ != nullptr) pipes_->begin_call(sequence);
+    }
+    ~transport() {
+        if (pipes_ != nullptr) pipes_->end_call();
+    }
     transport(const transport&) = delete;
     transport& operator=(const transport&) = delete;
 
@@ -451,6 +550,10 @@ public:
     [[nodiscard]] const deadline& limit() const noexcept { return limit_; }
     [[nodiscard]] std::uint64_t sequence() const noexcept { return sequence_; }
     [[nodiscard]] bool direct() const noexcept { return direct_; }
+    /// True when the call asked for shared memory (call_options::shared_memory), whichever path that gave.
+    [[nodiscard]] bool shared_memory() const noexcept { return shared_memory_; }
+    /// True on the staged path (shared-memory pipes between processes on one node).
+    [[nodiscard]] bool staged() const noexcept { return pipes_ != nullptr; }
     /// True when the call's agreement check passed: every rank has entered this very call.
     [[nodiscard]] bool agreed() const noexcept { return agreed_; }
     void set_agreed(bool v) noexcept { agreed_ = v; }
@@ -491,6 +594,13 @@ private:
         op.channel_ = channel;
         op.spin_ = spin_;
         const int tag = tag_of(channel);
+        if (pipes_ != nullptr) {
+            check_peer(peer);
+            op.engine_ = pipes_;
+            op.pipe_ = pipes_->post_send(peer, channel, reinterpret_cast<const std::byte*>(data.data()), data.size_bytes(),
+                                         dtype_of<T>());
+            return op;
+        }
         if (!direct_) {
             op.request_.emplace(comm_.isend(data, peer, tag));
             return op;
@@ -519,6 +629,35 @@ public:
             throw config_error(hitch::detail::concat("hitch::allreduce::transport::receive: a slot of ", slot.size(),
                                                      " elements for ", count));
         return post_receive<T>(peer, channel, count, slot.data(), false);
+    }
+    /// Receives `dst.size()` elements from `peer` on `channel` and combines them into `dst` per `spec` (dst =
+    /// op(theirs, dst), or op(dst, theirs)); the receive completes once they are combined and holds nothing then.
+    /// On the staged path each piece is combined as it arrives, straight from the sender's slot, and `slot` is not
+    /// used; otherwise the message lands in `slot` (message path) or is read in place (direct path) and is
+    /// combined on arrival. Like a receive_into, `dst` belongs to the receive until it completes.
+    template <floating_element T>
+    [[nodiscard]] incoming<T> receive_combine(int peer, int channel, std::span<T> dst, const combine_spec& spec,
+                                              std::span<T> slot) {
+        if (pipes_ == nullptr) {
+            incoming<T> op = receive<T>(peer, channel, dst.size(), slot);
+            op.combine_dst_ = dst.data();
+            op.spec_ = spec;
+            return op;
+        }
+        check_peer(peer);
+        incoming<T> op;
+        op.count_ = dst.size();
+        op.peer_ = peer;
+        op.rank_ = rank_;
+        op.spin_ = spin_;
+        op.engine_ = pipes_;
+        op.channel_ = channel;
+        op.combine_dst_ = dst.data();
+        op.spec_ = spec;
+        (void)tag_of(channel);
+        op.pipe_ = pipes_->post_recv(peer, channel, reinterpret_cast<std::byte*>(dst.data()), dst.size_bytes(),
+                                     dtype_of<T>(), false, &combine_piece<T>, spec);
+        return op;
     }
     /// False on the direct path, where receive() reads the sender's memory and needs no scratch slot.
     [[nodiscard]] bool needs_slots() const noexcept { return !direct_; }
@@ -560,17 +699,19 @@ public:
         std::vector<outgoing> sends = post_sends(to, out, segment, channel);
         const auto piece = [&](std::size_t j) { return in.subspan(j * segment, std::min(segment, in.size() - j * segment)); };
         // Message path: `depth` scratch slots in rotation. Direct path: the peer's memory is read in place; one
-        // slot is needed only when aliased.
-        const std::size_t slots = direct_ ? (alias ? 1 : 0) : std::min<std::size_t>(static_cast<std::size_t>(depth), count);
+        // slot is needed only when aliased. Staged path: pieces are combined straight from the pipe unless aliased.
+        const bool in_place = direct_ || (pipes_ != nullptr && !alias);
+        const std::size_t slots = in_place ? (alias ? 1 : 0) : std::min<std::size_t>(static_cast<std::size_t>(depth), count);
         const std::size_t width = std::min(segment, in.size());
         std::span<T> space;
         if (count > 0 && slots > 0) space = scratch<T>(slots * width);
         const auto slot = [&](std::size_t j) { return space.subspan((j % slots) * width, piece(j).size()); };
-        const std::size_t window = direct_ ? count : slots;
+        const std::size_t window = in_place ? count : slots;
         std::vector<incoming<T>> recvs(std::max<std::size_t>(window, 1));
         const auto post = [&](std::size_t j) {
-            recvs[j % recvs.size()] = direct_ ? receive<T>(from, channel, piece(j).size(), std::span<T>())
-                                              : receive<T>(from, channel, piece(j).size(), slot(j));
+            if (!alias) recvs[j % recvs.size()] = receive_combine<T>(from, channel, piece(j), spec, slots > 0 ? slot(j) : std::span<T>());
+            else if (direct_) recvs[j % recvs.size()] = receive<T>(from, channel, piece(j).size(), std::span<T>());
+            else recvs[j % recvs.size()] = receive<T>(from, channel, piece(j).size(), slot(j));
         };
         for (std::size_t j = 0; j < std::min(window, count); ++j) post(j);
         for (std::size_t j = 0; j < count; ++j) {
@@ -591,8 +732,7 @@ public:
                 combine_into(dst.data(), r.data(), dst.data(), dst.size(), spec);
                 r.release();
             } else {
-                combine_into(dst.data(), r.data(), dst.data(), dst.size(), spec);
-                r.release();
+                r.release();  // combined on arrival
             }
             if (j + window < count) post(j + window);
         }
@@ -613,6 +753,13 @@ public:
 
     [[nodiscard]] static constexpr std::size_t segments(std::size_t n, std::size_t segment) noexcept {
         return segment == 0 ? 0 : (n + segment - 1) / segment;
+    }
+
+    /// The staged path's combination of one piece into its place in the receiver's buffer.
+    template <floating_element T>
+    static void combine_piece(std::byte* dst, const std::byte* piece, std::size_t bytes, const combine_spec& spec) noexcept {
+        combine_into(reinterpret_cast<T*>(dst), reinterpret_cast<const T*>(piece), reinterpret_cast<T*>(dst),
+                     bytes / sizeof(T), spec);
     }
 
     /// dst = op(theirs, mine) or op(mine, theirs) per `spec` (dst may alias either).
@@ -639,6 +786,16 @@ private:
         op.rank_ = rank_;
         op.spin_ = spin_;
         const int tag = tag_of(channel);
+        if (pipes_ != nullptr) {
+            check_peer(peer);
+            op.engine_ = pipes_;
+            op.channel_ = channel;
+            op.data_ = buffer;
+            if (into) op.into_ = buffer;
+            op.pipe_ = pipes_->post_recv(peer, channel, reinterpret_cast<std::byte*>(buffer), count * sizeof(T),
+                                         dtype_of<T>(), !into);
+            return op;
+        }
         if (!direct_) {
             op.data_ = buffer;
             op.request_.emplace(comm_.irecv(std::span<T>(buffer, count), peer, tag));
@@ -651,6 +808,12 @@ private:
         return op;
     }
 
+    void check_peer(int peer) const {
+        if (peer < 0 || peer >= size_ || peer == rank_)
+            throw config_error(hitch::detail::concat("hitch::allreduce::transport: peer ", peer, " is not another rank of [0, ",
+                                                     size_, ") (this is rank ", rank_, ")"));
+    }
+
     C& comm_;
     deadline limit_;
     shared_state<C>& state_;
@@ -658,7 +821,9 @@ private:
     int tag_base_;
     int rank_;
     int size_;
+    bool shared_memory_;
     bool direct_;
+    detail::pipes* pipes_;
     std::chrono::nanoseconds spin_;  // threads of one process, each with a core: poll before yielding
     bool agreed_ = false;
     std::vector<scratch_arena::lease> leases_;

@@ -11,6 +11,8 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
 #include <chrono>
 #include <cstddef>
 #include <deque>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "hitch/comm/detail/barrier.hpp"
+#include "hitch/comm/detail/node_memory.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/dtype.hpp"
@@ -448,6 +451,39 @@ public:
         MPI_Comm part = MPI_COMM_NULL;
         detail::mpi_check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
         return mpi(part, timeout_);
+    }
+
+    /// Collective: memory every rank can read and write, `bytes_per_rank` bytes for each (node_memory::part(r)),
+    /// when all ranks run on one node; nullptr when they do not, or when any rank's system refuses the mapping
+    /// (then every rank gets nullptr: the answer is agreed). Every rank must arrive within the deadline.
+    [[nodiscard]] std::shared_ptr<node_memory> map_node_memory(std::size_t bytes_per_rank) {
+        barrier();  // everyone is here: the MPI calls below cannot wait for an absent rank
+        MPI_Comm node = MPI_COMM_NULL;
+        detail::mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+                          "MPI_Comm_split_type");
+        int node_size = 0;
+        MPI_Comm_size(node, &node_size);
+        MPI_Comm_free(&node);
+        if (node_size != size_) return nullptr;  // the same answer on every rank
+        static std::atomic<unsigned> made{0};
+        char name[64] = {};
+        if (rank_ == 0)
+            std::snprintf(name, sizeof name, "/hitch-%ld-%u-%llx", static_cast<long>(::getpid()), made.fetch_add(1),
+                          static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count()));
+        std::string why;
+        std::unique_ptr<node_memory> mine;
+        if (rank_ == 0) mine.reset(node_memory::create(name, size_, bytes_per_rank, why));
+        int ok = rank_ != 0 || mine != nullptr ? 1 : 0;
+        detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+        if (ok == 0) return nullptr;
+        detail::mpi_check(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm_), "MPI_Bcast");
+        if (rank_ != 0) mine.reset(node_memory::open(name, size_, bytes_per_rank, why));
+        ok = mine != nullptr ? 1 : 0;
+        const int code = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_);
+        if (rank_ == 0) ::shm_unlink(name);  // mapped everywhere (or given up): the name is no longer needed
+        detail::mpi_check(code, "MPI_Allreduce");
+        if (ok == 0) return nullptr;
+        return std::shared_ptr<node_memory>(mine.release());
     }
 
 private:
