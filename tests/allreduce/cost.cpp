@@ -167,6 +167,34 @@ TEST_CASE("automatic follows the model: recursive doubling for small buffers, ba
     CHECK(a.choose(8, std::size_t{64} << 20, with_native) != "native");
 }
 
+TEST_CASE("automatic times larger probes once a call outgrows the first ones, the same on every rank",
+          "[allreduce][cost][automatic]") {
+    using hitch::allreduce::automatic_profile;
+    const auto profiles = run_local(2, [](local& c) {
+        group g(c);
+        std::vector<float> small(1000, 1.0f);
+        allreduce(g, hitch::view(small));
+        const auto first = automatic::measured_profile(g.state());
+        expect(first != nullptr && first->measured == automatic_profile::first_probes, "the first call measures up to 16 MiB");
+        std::vector<float> big((std::size_t{20} << 20) / sizeof(float), 1.0f);
+        allreduce(g, hitch::view(big));
+        const auto longer = automatic::measured_profile(g.state());
+        expect(longer != first && longer->measured == automatic_profile::first_probes + 1, "a 20 MiB call adds the 64 MiB probe");
+        for (int i = 0; i < automatic_profile::first_probes; ++i)
+            for (std::size_t k = 0; k < automatic_profile::candidates; ++k)
+                expect(longer->seconds[k][static_cast<std::size_t>(i)] == first->seconds[k][static_cast<std::size_t>(i)],
+                       "the earlier probes are kept");
+        expect(longer->seconds[0][automatic_profile::first_probes] > 0, "the new probe is timed");
+        allreduce(g, hitch::view(big));
+        expect(automatic::measured_profile(g.state()) == longer, "measured once");
+        bool ok = true;
+        for (float x : big) ok = ok && x == 4.0f;
+        expect(ok, "results");
+        return *longer;
+    });
+    CHECK(std::memcmp(&profiles[0], &profiles[1], sizeof(automatic_profile)) == 0);
+}
+
 TEST_CASE("automatic measures the constants once, the same on every rank, and runs its choice",
           "[allreduce][cost][automatic]") {
     for (int p : {2, 3, 5}) {

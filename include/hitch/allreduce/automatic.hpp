@@ -8,10 +8,10 @@
 // The constants are measured once per group by the first call that needs them: a ping-pong for alpha, a 1 MiB
 // exchange for beta, a 1 MiB combine for gamma, two native all-reduces where available. A transport has costs the
 // three constants cannot express (MPI switches to a rendezvous protocol above some message size; pipelined
-// segments overlap their latencies), so the same first call also times every candidate at seven probe sizes
-// (4 KiB to 16 MiB, about a tenth of a second on one node) and keeps, per candidate, the ratio of measured to
-// modelled time; a prediction is the model times that ratio, interpolated in log(n) between probes and held beyond
-// them. Every rank adopts the maximum over ranks of every measurement, so all predict the same and pick the same
+// segments overlap their latencies; a buffer larger than the cache costs more per byte), so the same first call
+// also times every candidate at seven probe sizes (4 KiB to 16 MiB, about a tenth of a second on one node), the
+// first call larger than 16 MiB adds a probe at 64 MiB, and a prediction is the model times the measured-to-modelled
+// ratio of that candidate, interpolated in log(n) between probes and held beyond them. Every rank adopts the maximum over ranks of every measurement, so all predict the same and pick the same
 // schedule. group::set_constants() or options::constants replaces the measurements with the user's constants and
 // the pure model (the same on every rank). A group remembers the choices made on it, so later calls of a size cost
 // a lookup.
@@ -71,11 +71,15 @@ struct native_for {
 /// Measured times of the candidates at the probe sizes: how far each schedule's model is off on this
 /// communicator. The same on every rank.
 struct automatic_profile {
-    static constexpr int probes = 7;      // 4 KiB, 16 KiB, ... 16 MiB (past it, the 16 MiB ratio holds)
-    static constexpr int candidates = 7;  // recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree,
-                                          // parameter_server, native
+    static constexpr int probes = 8;         // 4 KiB, 16 KiB, ... 64 MiB
+    static constexpr int first_probes = 7;   // measured by the first call: up to 16 MiB
+    static constexpr int candidates = 7;     // recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree,
+                                             // parameter_server, native
     std::array<double, probes> bytes{};
     std::array<std::array<double, probes>, candidates> seconds{};  // 0: not measured (native unavailable)
+    int measured = 0;                                               // probes measured: bytes[0, measured)
+
+    [[nodiscard]] static constexpr std::size_t probe_bytes(int i) noexcept { return std::size_t{4096} << (2 * i); }
 };
 
 class automatic {
@@ -149,9 +153,7 @@ public:
     template <communicator C, floating_element T>
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
         if (t.size() <= 1) return;
-        const cost_constants k = constants_for(t);
-        const std::shared_ptr<automatic_profile> profile = profile_for(t);
-        switch (remembered_choice(t, data.size_bytes(), k, profile.get())) {
+        switch (pick(t, data.size_bytes())) {
             case 0: return recursive_doubling_.run(t, data, op);
             case 1: return ring_.run(t, data, op);
             case 2: return rabenseifner_.run(t, data, op);
@@ -183,7 +185,7 @@ public:
             if (t.state().constants) return *t.state().constants;
         }
         const cost_constants k = calibrate(t);
-        const auto prof = std::make_shared<automatic_profile>(measure_profile(t));
+        const auto prof = std::make_shared<automatic_profile>(measure_profile(t, automatic_profile{}, automatic_profile::first_probes));
         std::lock_guard lock(t.state().m);
         if (!t.state().constants) {
             t.state().constants = k;
@@ -213,16 +215,19 @@ public:
     /// Where the profile is kept in a group's shared state (group::set_constants() drops it).
     static constexpr std::string_view profile_key = "automatic/profile";
 
-    /// Times every candidate at the probe sizes (collective); the result is the same on every rank.
+    /// `base` with every candidate timed at the probes from base.measured up to `upto` (collective); the result
+    /// is the same on every rank.
     template <communicator C>
-    [[nodiscard]] automatic_profile measure_profile(transport<C>& t) const {
+    [[nodiscard]] automatic_profile measure_profile(transport<C>& t, const automatic_profile& base, int upto) const {
         using clock = std::chrono::steady_clock;
-        automatic_profile prof;
-        const std::size_t largest = std::size_t{4096} << (2 * (automatic_profile::probes - 1));
+        automatic_profile prof = base;
+        const int first = base.measured;
+        const std::size_t largest = automatic_profile::probe_bytes(upto - 1);
+        const std::size_t held = t.scratch_mark();
         std::span<float> data = t.template scratch<float>(largest / sizeof(float));
         std::fill(data.begin(), data.end(), 1e-30f);
-        for (int i = 0; i < automatic_profile::probes; ++i) {
-            const std::size_t bytes = std::size_t{4096} << (2 * i);
+        for (int i = first; i < upto; ++i) {
+            const std::size_t bytes = automatic_profile::probe_bytes(i);
             prof.bytes[static_cast<std::size_t>(i)] = static_cast<double>(bytes);
             const std::span<float> probe = data.subspan(0, bytes / sizeof(float));
             // The minimum of several runs (preemption by other processes only ever adds time), after one run of
@@ -251,10 +256,12 @@ public:
                     time([&] { typename detail::native_for<C>::type{}.run(t, probe, reduce_op::sum); });
             }
         }
+        t.release_scratch(held);
+        prof.measured = upto;
         const std::vector<automatic_profile> all = comm::allgather_value(t.comm(), prof);
         for (const automatic_profile& o : all)
             for (std::size_t c = 0; c < prof.seconds.size(); ++c)
-                for (std::size_t i = 0; i < prof.bytes.size(); ++i)
+                for (auto i = static_cast<std::size_t>(first); i < static_cast<std::size_t>(upto); ++i)
                     prof.seconds[c][i] = std::max(prof.seconds[c][i], o.seconds[c][i]);
         return prof;
     }
@@ -372,12 +379,56 @@ private:
         const automatic_profile* profile = nullptr;
         int pick = 0;
     };
+    /// Guarded by the group state's mutex.
     struct decision_memo {
         static constexpr std::size_t capacity = 64;
-        std::mutex m;
         std::vector<decision> entries;
         std::size_t next = 0;  // the entry replaced next once full
+
+        /// The remembered pick for these inputs, or -1.
+        [[nodiscard]] int find(const options& o, int p, std::size_t n, const cost_constants& k,
+                               const automatic_profile* profile) const {
+            for (const decision& d : entries)
+                if (d.n == n && d.p == p && d.profile == profile && d.k == k && d.settings == o) return d.pick;
+            return -1;
+        }
     };
+
+    /// The candidate for this call. A call of a size seen before costs one lock of the group's state and a scan
+    /// of the remembered choices; otherwise the constants (and profile) are looked up, or measured, and weighed.
+    template <communicator C>
+    [[nodiscard]] int pick(transport<C>& t, std::size_t n_bytes) const {
+        auto& state = t.state();
+        {
+            std::lock_guard lock(state.m);
+            const cost_constants* k = options_.constants ? &*options_.constants : state.constants ? &*state.constants : nullptr;
+            const auto memo = state.cache.find(decisions_key);
+            if (k != nullptr && memo != state.cache.end()) {
+                const automatic_profile* profile = nullptr;
+                if (!options_.constants)
+                    if (auto it = state.cache.find(profile_key); it != state.cache.end())
+                        profile = static_cast<const automatic_profile*>(it->second.get());
+                const int hit = static_cast<const decision_memo*>(memo->second.get())->find(options_, t.size(), n_bytes, *k, profile);
+                if (hit >= 0) return hit;
+            }
+        }
+        const cost_constants k = constants_for(t);
+        std::shared_ptr<automatic_profile> profile = profile_for(t);
+        if (profile && profile->measured < automatic_profile::probes &&
+            static_cast<double>(n_bytes) > profile->bytes[static_cast<std::size_t>(profile->measured - 1)]) {
+            // Larger than any probe: time the candidates at the probes up to this size (up to 64 MiB) first, once
+            // per group, so caches the smaller probes fitted in do not decide. Collective: every rank makes this call
+            // with the same size and the same profile.
+            int upto = profile->measured;
+            while (upto < automatic_profile::probes && automatic_profile::probe_bytes(upto - 1) < n_bytes) ++upto;
+            auto longer = std::make_shared<automatic_profile>(measure_profile(t, *profile, upto));
+            std::lock_guard lock(t.state().m);
+            if (auto it = t.state().cache.find(profile_key); it != t.state().cache.end() && it->second == profile)
+                it->second = longer;
+            profile = std::move(longer);
+        }
+        return remembered_choice(t, n_bytes, k, profile.get());
+    }
 
     template <communicator C>
     [[nodiscard]] int remembered_choice(transport<C>& t, std::size_t n_bytes, const cost_constants& k,
@@ -386,13 +437,11 @@ private:
         const auto memo = t.state().template cached<decision_memo>(decisions_key,
                                                                     [] { return std::make_shared<decision_memo>(); });
         {
-            std::lock_guard lock(memo->m);
-            for (const decision& d : memo->entries)
-                if (d.n == n_bytes && d.p == p && d.profile == profile && d.k == k && d.settings == options_)
-                    return d.pick;
+            std::lock_guard lock(t.state().m);
+            if (const int hit = memo->find(options_, p, n_bytes, k, profile); hit >= 0) return hit;
         }
         const int pick = choose_index(p, n_bytes, k, profile);
-        std::lock_guard lock(memo->m);
+        std::lock_guard lock(t.state().m);
         decision d{options_, p, n_bytes, k, profile, pick};
         if (memo->entries.size() < decision_memo::capacity) {
             memo->entries.push_back(d);
@@ -414,7 +463,7 @@ private:
             return model > 0 && times[i] > 0 ? times[i] / model : 1.0;
         };
         const double x = static_cast<double>(std::max<std::size_t>(n, 1));
-        const std::size_t last = prof.bytes.size() - 1;
+        const std::size_t last = static_cast<std::size_t>(std::max(prof.measured, 1)) - 1;
         if (x <= prof.bytes[0]) return ratio_at(0);
         if (x >= prof.bytes[last]) return ratio_at(last);
         std::size_t i = 0;
