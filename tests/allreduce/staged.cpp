@@ -1,8 +1,11 @@
 // The transport's staged path over comm::mpi (processes on one node, pipes in shared memory), under mpiexec with 2
 // and 3 ranks: the path is taken; messages on several channels consumed in another order than sent, larger than
 // a pipe holds, arrive intact (a piece takes a slot once its receive is posted, or eagerly while the pipe is
-// mostly empty: staging everything eagerly deadlocks this case); more views than may be lent are copied; pieces a failed call left behind never reach the next call; a receive nobody sends to times out naming
-// its peer and channel; a message of the wrong size or type fails the receive and leaves its buffer untouched.
+// mostly empty: staging everything eagerly deadlocks this case); more views than may be lent are copied; pieces a
+// failed call left behind never reach the next call; a receive nobody sends to times out naming its peer and
+// channel; a message of the wrong size or type fails the receive and leaves its buffer untouched; a receive
+// released before its message arrives never writes its buffer, and its message (larger than a pipe) is dropped
+// rather than blocking the next.
 // Ranks 0 and 1 talk; a third rank joins every call and sends nothing.
 #include <catch2/catch.hpp>
 
@@ -194,14 +197,14 @@ TEST_CASE("staged: a message of the wrong size or type fails the receive, the bu
     bool untouched = true;
     call(g, [&](transport<mpi>& t) {
         if (me == 0) {
-            std::vector<float> a(100000, 1.0f);
+            std::vector<float> a(1000000, 1.0f);  // more than a pipe holds: the rest must be dropped, not block
             std::vector<double> b(500, 2.0);
             auto s1 = t.send<float>(1, 0, std::span<const float>(a));
             auto s2 = t.send<double>(1, 1, std::span<const double>(b));
             s1.wait(t.limit());
             s2.wait(t.limit());
         } else if (me == 1) {
-            std::vector<float> a(100001, 7.0f), b(1000, 7.0f);
+            std::vector<float> a(1000001, 7.0f), b(1000, 7.0f);
             try {
                 auto r = t.receive_into<float>(0, 0, std::span<float>(a));
                 r.wait(t.limit());
@@ -219,12 +222,43 @@ TEST_CASE("staged: a message of the wrong size or type fails the receive, the bu
         }
     });
     INFO(size_error << " | " << type_error);
-    REQUIRE(everywhere(me != 1 || size_error.find("expected 100001 x float but the message has 100000 x float") != std::string::npos));
+    REQUIRE(everywhere(me != 1 || size_error.find("expected 1000001 x float but the message has 1000000 x float") != std::string::npos));
     REQUIRE(everywhere(me != 1 || type_error.find("expected 1000 x float but the message has 500 x double") != std::string::npos));
     REQUIRE(everywhere(untouched));
     std::vector<float> v(3000, 2.0f);
     allreduce(g, hitch::view(v), reduce_op::sum, recursive_doubling{});
     bool ok = true;
     for (float x : v) ok = ok && x == 2.0f * static_cast<float>(comm.size());
+    REQUIRE(everywhere(ok));
+}
+
+TEST_CASE("staged: a receive released before its message arrives never writes its buffer", "[allreduce][mpi][staged]") {
+    mpi comm;
+    group g(comm);
+    const int me = comm.rank();
+    bool ok = true;
+    call(g, [&](transport<mpi>& t) {
+        if (me == 0) {
+            std::vector<float> x(300000, 1.0f), y(300000, 2.0f);
+            std::vector<float> go(1);
+            auto ready = t.receive_into<float>(1, 6, std::span<float>(go));  // rank 1 has given up on its first receive
+            ready.wait(t.limit());
+            auto s1 = t.send<float>(1, 5, std::span<const float>(x));
+            auto s2 = t.send<float>(1, 5, std::span<const float>(y));
+            s1.wait(t.limit());
+            s2.wait(t.limit());
+        } else if (me == 1) {
+            std::vector<float> a(300000, 7.0f), b(300000, 0.0f);
+            auto first = t.receive_into<float>(0, 5, std::span<float>(a));
+            first.release();  // given up: message 0 on channel 5 goes nowhere
+            auto second = t.receive_into<float>(0, 5, std::span<float>(b));
+            std::vector<float> go(1, 1.0f);
+            auto s = t.send<float>(0, 6, std::span<const float>(go));
+            second.wait(t.limit());
+            s.wait(t.limit());
+            for (float v : a) ok = ok && v == 7.0f;
+            for (float v : b) ok = ok && v == 2.0f;
+        }
+    });
     REQUIRE(everywhere(ok));
 }

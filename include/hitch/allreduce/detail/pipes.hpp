@@ -37,6 +37,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "hitch/allreduce/reduce_op.hpp"
@@ -121,7 +122,8 @@ public:
         call_ = sequence;
         sends_.clear();
         recvs_.clear();
-        waiting_.clear();
+        if (!waiting_.empty()) waiting_.clear();  // clear() costs the bucket count even when empty
+        if (!dropped_.empty()) dropped_.clear();
         orders_ = 0;
         std::fill(sent_.begin(), sent_.end(), 0);
         std::fill(posted_.begin(), posted_.end(), 0);
@@ -137,7 +139,7 @@ public:
             if (r.held_slot >= 0) hand_back(r.peer, r.held_slot);
         sends_.clear();
         recvs_.clear();
-        waiting_.clear();
+        if (!waiting_.empty()) waiting_.clear();
         for (auto& o : out_) o.clear();
     }
 
@@ -178,20 +180,21 @@ public:
         }
     }
 
-    /// The receive is done with its view: the slot goes back to the sender.
+    /// The receive is done with (or gives up on) its data: a lent slot goes back to the sender, and a receive
+    /// still incomplete matches nothing any more: its message's pieces are dropped as they come, never written.
     void release(recv_op* r) noexcept {
         if (r == nullptr) return;
+        if (!r->done) {
+            const std::uint64_t k = key(r->peer, r->channel, r->index);
+            waiting_.erase(k);
+            dropped_.insert(k);  // its pieces are handed back unread when they come
+            r->done = true;
+        }
         if (r->held_slot >= 0) hand_back(r->peer, r->held_slot);
         r->held_slot = -1;
         r->view = nullptr;
     }
-    /// A receive given up before it completed: it matches nothing any more.
-    void abandon(recv_op* r) noexcept {
-        if (r == nullptr) return;
-        if (!r->done) waiting_.erase(key(r->peer, r->channel, r->index));
-        release(r);
-        r->done = true;
-    }
+    void abandon(recv_op* r) noexcept { release(r); }
     /// A send given up before all its pieces were staged: the rest never leaves.
     void abandon(send_op* s) noexcept {
         if (s == nullptr || s->done) return;
@@ -253,7 +256,8 @@ private:
         std::uint64_t active = 0;                            // channels with pending sends
         int cursor = 0;
         void clear() {
-            for (auto& q : queues) q.clear();
+            for (std::uint64_t bits = active; bits != 0; bits &= bits - 1)
+                queues[static_cast<std::size_t>(std::countr_zero(bits))].clear();
             active = 0;
         }
     };
@@ -388,6 +392,12 @@ private:
                     recv_op& r = *it->second;
                     in.seen[s] = stamp;
                     deliver(r, c, in.pipe.data + s * layout_.slot_bytes, static_cast<int>(s));
+                    continue;
+                }
+                if (!dropped_.empty() && dropped_.count(key(peer, static_cast<int>(c.channel), c.index)) != 0) {
+                    in.seen[s] = stamp;
+                    hand_back(peer, static_cast<int>(s));
+                    continue;
                 }
             }
             // Otherwise the piece waits for its receive (at most a quarter of the pipe is staged unasked).
@@ -407,10 +417,7 @@ private:
             }
             hand_back(r.peer, slot);
             finish(r);
-            return;
-        }
-        if (!r.error.empty()) {  // the rest of a mismatched message
-            hand_back(r.peer, slot);
+            dropped_.insert(key(r.peer, r.channel, r.index));  // the rest of the message is dropped as it comes
             return;
         }
         auto& in = in_[static_cast<std::size_t>(r.peer)];
@@ -457,6 +464,7 @@ private:
     std::uint64_t orders_ = 0;
     std::deque<recv_op> recvs_;
     std::unordered_map<std::uint64_t, recv_op*> waiting_;
+    std::unordered_set<std::uint64_t> dropped_;  // receives given up in this call
     std::vector<std::uint64_t> sent_, posted_;
 };
 
