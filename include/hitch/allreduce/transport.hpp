@@ -60,6 +60,8 @@ inline constexpr bool shares_address_space_v = requires { requires static_cast<b
 
 /// Channels a schedule may use in one call: tags call_base + [0, channels_per_call).
 inline constexpr int channels_per_call = 64;
+static_assert(channels_per_call == static_cast<int>(detail::pipes::channels),
+              "the staged path matches messages per channel: it must know every channel a call may use");
 /// Offsets inside hitch's reserved tag range: 0 is comm::agree's, [1, first_call_tag_offset) stay free.
 inline constexpr int first_call_tag_offset = 16;
 
@@ -444,12 +446,9 @@ public:
                 const std::uint64_t type = d.type & (detail::writable_flag - 1);
                 writable_ = (d.type & detail::writable_flag) != 0 && into_ == nullptr;
                 if (d.bytes != count_ * sizeof(T) || type != static_cast<std::uint64_t>(dtype_of<T>())) {
-                    const std::size_t es = size_of(static_cast<dtype>(type));
                     release();
-                    throw comm_error(hitch::detail::concat(
-                        "hitch::allreduce: message mismatch on rank ", rank_, ": recv from rank ", peer_, " expected ",
-                        count_, " x ", name(dtype_of<T>()), " but the message has ", es != 0 ? d.bytes / es : d.bytes,
-                        " x ", name(static_cast<dtype>(type))));
+                    throw comm_error(detail::message_mismatch(rank_, peer_, count_ * sizeof(T), dtype_of<T>(), d.bytes,
+                                                              static_cast<dtype>(type)));
                 }
                 data_ = reinterpret_cast<const T*>(d.address);
                 if (into_ != nullptr) {
@@ -638,25 +637,11 @@ public:
     template <floating_element T>
     [[nodiscard]] incoming<T> receive_combine(int peer, int channel, std::span<T> dst, const combine_spec& spec,
                                               std::span<T> slot) {
-        if (pipes_ == nullptr) {
-            incoming<T> op = receive<T>(peer, channel, dst.size(), slot);
-            op.combine_dst_ = dst.data();
-            op.spec_ = spec;
-            return op;
-        }
-        check_peer(peer);
-        incoming<T> op;
-        op.count_ = dst.size();
-        op.peer_ = peer;
-        op.rank_ = rank_;
-        op.spin_ = spin_;
-        op.engine_ = pipes_;
-        op.channel_ = channel;
+        incoming<T> op = pipes_ != nullptr
+                              ? post_receive<T>(peer, channel, dst.size(), dst.data(), false, &combine_piece<T>, spec)
+                              : receive<T>(peer, channel, dst.size(), slot);
         op.combine_dst_ = dst.data();
         op.spec_ = spec;
-        (void)tag_of(channel);
-        op.pipe_ = pipes_->post_recv(peer, channel, reinterpret_cast<std::byte*>(dst.data()), dst.size_bytes(),
-                                     dtype_of<T>(), false, &combine_piece<T>, spec);
         return op;
     }
     /// False on the direct path, where receive() reads the sender's memory and needs no scratch slot.
@@ -779,7 +764,8 @@ public:
 
 private:
     template <element_type T>
-    incoming<T> post_receive(int peer, int channel, std::size_t count, T* buffer, bool into) {
+    incoming<T> post_receive(int peer, int channel, std::size_t count, T* buffer, bool into,
+                             detail::piece_combiner combiner = nullptr, const combine_spec& spec = {}) {
         incoming<T> op;
         op.count_ = count;
         op.peer_ = peer;
@@ -793,7 +779,7 @@ private:
             op.data_ = buffer;
             if (into) op.into_ = buffer;
             op.pipe_ = pipes_->post_recv(peer, channel, reinterpret_cast<std::byte*>(buffer), count * sizeof(T),
-                                         dtype_of<T>(), !into);
+                                         dtype_of<T>(), !into && combiner == nullptr, combiner, spec);
             return op;
         }
         if (!direct_) {

@@ -47,6 +47,15 @@
 
 namespace hitch::allreduce::detail {
 
+/// What a receive that meets a message of another size or element type reports (the direct and staged paths).
+[[nodiscard]] inline std::string message_mismatch(int rank, int peer, std::size_t want_bytes, dtype want,
+                                                  std::size_t have_bytes, dtype have) {
+    const std::size_t mine = size_of(want), theirs = size_of(have);
+    return hitch::detail::concat("hitch::allreduce: message mismatch on rank ", rank, ": recv from rank ", peer,
+                                 " expected ", mine != 0 ? want_bytes / mine : want_bytes, " x ", name(want),
+                                 " but the message has ", theirs != 0 ? have_bytes / theirs : have_bytes, " x ", name(have));
+}
+
 /// Type-erased combination of an incoming piece into its place in the receiver's buffer, per the spec.
 using piece_combiner = void (*)(std::byte* dst, const std::byte* piece, std::size_t bytes, const combine_spec& spec);
 
@@ -71,7 +80,9 @@ public:
 
     pipes(std::shared_ptr<comm::node_memory> memory, int rank, int size, const layout& l)
         : memory_(std::move(memory)), layout_(l), rank_(rank), size_(size), out_(static_cast<std::size_t>(size)),
-          in_(static_cast<std::size_t>(size)) {
+          in_(static_cast<std::size_t>(size)),
+          sent_(static_cast<std::size_t>(size) * channels),
+          posted_(static_cast<std::size_t>(size) * channels) {
         for (int q = 0; q < size_; ++q) {
             if (q == rank_) continue;
             auto& o = out_[static_cast<std::size_t>(q)];
@@ -85,8 +96,6 @@ public:
     }
     pipes(const pipes&) = delete;
     pipes& operator=(const pipes&) = delete;
-
-    [[nodiscard]] const layout& shape() const noexcept { return layout_; }
 
     /// What sends and receives have in common: the message's place among the pair's messages, and its shape.
     struct message {
@@ -120,16 +129,10 @@ public:
     /// Starts call `sequence`: drops what an earlier call left behind.
     void begin_call(std::uint64_t sequence) {
         call_ = sequence;
-        sends_.clear();
-        recvs_.clear();
-        if (!waiting_.empty()) waiting_.clear();  // clear() costs the bucket count even when empty
-        if (!dropped_.empty()) dropped_.clear();
+        forget();
         orders_ = 0;
         std::fill(sent_.begin(), sent_.end(), 0);
         std::fill(posted_.begin(), posted_.end(), 0);
-        sent_.resize(static_cast<std::size_t>(size_) * channels_, 0);
-        posted_.resize(static_cast<std::size_t>(size_) * channels_, 0);
-        for (auto& o : out_) o.clear();
         for (std::size_t q = 0; q < in_.size(); ++q)
             if (static_cast<int>(q) != rank_) in_[q].dirty = true;
     }
@@ -137,10 +140,7 @@ public:
     void end_call() noexcept {
         for (auto& r : recvs_)
             if (r.held_slot >= 0) hand_back(r.peer, r.held_slot);
-        sends_.clear();
-        recvs_.clear();
-        if (!waiting_.empty()) waiting_.clear();
-        for (auto& o : out_) o.clear();
+        forget();
     }
 
     [[nodiscard]] send_op* post_send(int peer, int channel, const std::byte* data, std::size_t bytes, dtype type) {
@@ -210,9 +210,20 @@ public:
         return hitch::detail::concat(r.arrived, " of ", r.pieces, " pieces of ", r.bytes, " bytes arrived");
     }
 
+    /// Channels per call (transport's channelsper_call); each has its own matching and its own posted count.
+    static constexpr std::size_t channels = 64;
+
 private:
     static constexpr std::size_t line = 64;
-    static constexpr std::size_t channels_ = 64;
+
+    /// Drops the call's operations (not the pipes' contents).
+    void forget() noexcept {
+        sends_.clear();
+        recvs_.clear();
+        if (!waiting_.empty()) waiting_.clear();  // clear() costs the bucket count even when empty
+        if (!dropped_.empty()) dropped_.clear();
+        for (auto& o : out_) o.clear();
+    }
 
     /// What a piece says of itself.
     struct header_copy {
@@ -252,7 +263,7 @@ private:
         std::vector<std::uint64_t> busy;  // stamp of a slot not yet handed back, 0 when free
         std::uint64_t handed_back_seen = 0;
         std::size_t in_use = 0;                             // busy slots
-        std::array<std::deque<send_op*>, channels_> queues;  // pending sends per channel, in post order
+        std::array<std::deque<send_op*>, channels> queues;  // pending sends per channel, in post order
         std::uint64_t active = 0;                            // channels with pending sends
         int cursor = 0;
         void clear() {
@@ -272,7 +283,7 @@ private:
 
     [[nodiscard]] static std::size_t pipe_bytes(const layout& l) {
         const auto k = static_cast<std::size_t>(l.slots);
-        return (2 + channels_) * line + k * (sizeof(slot_header) + sizeof(slot_ack)) + k * l.slot_bytes;
+        return (2 + channels) * line + k * (sizeof(slot_header) + sizeof(slot_ack)) + k * l.slot_bytes;
     }
     [[nodiscard]] pipe_view pipe_at(int from, int to) const {
         const int index = to < from ? to : to - 1;
@@ -282,7 +293,7 @@ private:
         v.filled = reinterpret_cast<counter*>(base);
         v.handed_back = reinterpret_cast<counter*>(base + line);
         v.posted = reinterpret_cast<counter*>(base + 2 * line);
-        base += (2 + channels_) * line;
+        base += (2 + channels) * line;
         v.headers = reinterpret_cast<slot_header*>(base);
         v.acks = reinterpret_cast<slot_ack*>(base + k * sizeof(slot_header));
         v.data = base + k * (sizeof(slot_header) + sizeof(slot_ack));
@@ -301,7 +312,7 @@ private:
         return bytes == 0 ? 1 : (bytes + layout_.slot_bytes - 1) / layout_.slot_bytes;
     }
     [[nodiscard]] static std::size_t key_slot(int peer, int channel) noexcept {
-        return static_cast<std::size_t>(peer) * channels_ + static_cast<std::size_t>(channel);
+        return static_cast<std::size_t>(peer) * channels + static_cast<std::size_t>(channel);
     }
     [[nodiscard]] static std::uint64_t key(int peer, int channel, std::uint64_t index) noexcept {
         return (static_cast<std::uint64_t>(key_slot(peer, channel)) << 32) ^ index;
@@ -407,14 +418,8 @@ private:
     /// Hands piece `h` (in slot `slot`) to receive `r`; the slot goes back unless it is lent as the receive's view.
     void deliver(recv_op& r, const header_copy& h, const std::byte* piece, int slot) {
         if (h.message_bytes != r.bytes || h.type != r.type || h.offset + h.bytes > r.bytes) {
-            if (r.error.empty()) {
-                const auto theirs = static_cast<dtype>(h.type);
-                const std::size_t es = size_of(theirs), mine = size_of(static_cast<dtype>(r.type));
-                r.error = hitch::detail::concat("hitch::allreduce: message mismatch on rank ", rank_, ": recv from rank ",
-                                                r.peer, " expected ", mine != 0 ? r.bytes / mine : r.bytes, " x ",
-                                                name(static_cast<dtype>(r.type)), " but the message has ",
-                                                es != 0 ? h.message_bytes / es : h.message_bytes, " x ", name(theirs));
-            }
+            r.error = message_mismatch(rank_, r.peer, r.bytes, static_cast<dtype>(r.type), h.message_bytes,
+                                       static_cast<dtype>(h.type));
             hand_back(r.peer, slot);
             finish(r);
             dropped_.insert(key(r.peer, r.channel, r.index));  // the rest of the message is dropped as it comes
