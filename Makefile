@@ -1,11 +1,17 @@
 # hitch: the two commands.
 #   make demo   installs what is missing, builds, trains the Fashion-MNIST example on 2 MPI ranks
-#   make test   installs what is missing, builds everything buildable here, runs the whole test suite
+#   make test   installs what is missing, builds everything buildable here, runs the whole test suite, then
+#               builds the thread-heavy test families with clang and runs them too
+# Further targets: make test-clang (every test family with clang), make format / format-check (.clang-format).
 BUILD ?= build
+CLANG_BUILD ?= build-clang
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
+# The families whose tests run threads against each other: built a second time with clang by make test.
+CLANG_FAMILIES ?= core;parallel;comm;allreduce;train
+CLANG_EXAMPLES ?= OFF
 
-.PHONY: all deps configure build test demo clean
+.PHONY: all deps configure build test test-gcc test-clang-threads test-clang demo format format-check clean
 
 all: build
 
@@ -18,11 +24,30 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+test-gcc: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+test-clang-threads: deps
+	cmake -S . -B $(CLANG_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
+	  -DHITCH_BUILD_EXAMPLES=$(CLANG_EXAMPLES) -DHITCH_BUILD_BENCH=OFF -DHITCH_ENABLE_CUDA=OFF \
+	  "-DHITCH_TEST_FAMILIES=$(CLANG_FAMILIES)" $(CMAKE_ARGS)
+	cmake --build $(CLANG_BUILD) -j $(JOBS)
+	ctest --test-dir $(CLANG_BUILD) --output-on-failure -j $(JOBS)
+
+test: test-gcc
+	$(MAKE) test-clang-threads
+
+test-clang:
+	$(MAKE) test-clang-threads CLANG_FAMILIES="" CLANG_BUILD=$(CLANG_BUILD)-all CLANG_EXAMPLES=ON
 
 demo: build
 	@scripts/demo.sh $(BUILD)
 
+format:
+	@scripts/format.sh
+
+format-check:
+	@scripts/format.sh --check
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(CLANG_BUILD) $(CLANG_BUILD)-all

@@ -19,6 +19,7 @@
 #include "hitch/core/dtype.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define HITCH_ALLREDUCE_F16C 1
 #else
@@ -128,7 +129,13 @@ void combine_dispatch(T* dst, const T* left, const T* right, std::size_t n, redu
 
 #if HITCH_ALLREDUCE_F16C
 [[nodiscard]] inline bool cpu_has_f16c() noexcept {
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    // F16C is CPUID leaf 1, ECX bit 29: clang 14's __builtin_cpu_supports does not know the name "f16c".
+    static const bool yes = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && ((ecx >> 29) & 1u) != 0;
+        __builtin_cpu_init();
+        return f16c && __builtin_cpu_supports("avx2");
+    }();
     return yes;
 }
 
