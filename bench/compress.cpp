@@ -32,7 +32,7 @@
 
 #include "hitch/allreduce/allreduce.hpp"
 #include "hitch/comm/local.hpp"
-#include "hitch/compress/aggregate.hpp"
+#include "hitch/exchange/aggregate.hpp"
 #include "hitch/compress/bf16.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/dgc.hpp"

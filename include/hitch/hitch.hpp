@@ -27,7 +27,6 @@
 
 #include "hitch/allreduce/allreduce.hpp"
 
-#include "hitch/compress/aggregate.hpp"
 #include "hitch/compress/bf16.hpp"
 #include "hitch/compress/dgc.hpp"
 #include "hitch/compress/error_feedback.hpp"
@@ -40,6 +39,8 @@
 #include "hitch/compress/terngrad.hpp"
 #include "hitch/compress/threshold.hpp"
 #include "hitch/compress/topk.hpp"
+
+#include "hitch/exchange/aggregate.hpp"
 
 #include "hitch/optim/adam.hpp"
 #include "hitch/optim/adamw.hpp"

@@ -28,6 +28,7 @@
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/detail/sparse.hpp"
 #include "hitch/compress/topk.hpp"
+#include "hitch/compress/tuning.hpp"
 #include "hitch/compress/wire.hpp"
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/core/options.hpp"
@@ -46,8 +47,8 @@ struct dgc_options {
     double clip_norm = 0.0;
     /// ... divided by sqrt(ranks), the number of workers N.
     int ranks = 1;
-    double sample_fraction = 0.01;
-    std::size_t min_sample = 4096;
+    double sample_fraction = tuning::topk_sample_fraction;
+    std::size_t min_sample = tuning::topk_min_sample;
     std::uint64_t seed = 0xd6c0de;
 
     void validate() const {
@@ -146,7 +147,7 @@ public:
             }
         }
         const std::size_t k = detail::selected_count(n, density(s.step));
-        const detail::sampling how{options_.sample_fraction, options_.min_sample, 4};
+        const detail::sampling how{options_.sample_fraction, options_.min_sample, tuning::topk_sample_attempts};
         if (!detail::topk_sampled(v, n, k, detail::draw_key(options_.seed, 0, s.step), how, s.selection, s.scratch))
             detail::throw_non_finite(who, "the accumulated velocity");
         const std::size_t payload = detail::sparse_payload_bytes(s.selection);

@@ -30,8 +30,12 @@
 
 #include "hitch/compress/detail/codec.hpp"
 #include "hitch/compress/detail/parallel.hpp"
+#include "hitch/compress/detail/bitstream.hpp"
+#include "hitch/compress/detail/elias_gamma.hpp"
+#include "hitch/compress/detail/moments.hpp"
 #include "hitch/compress/detail/quantize.hpp"
 #include "hitch/compress/detail/random.hpp"
+#include "hitch/compress/detail/x86/moments_avx512.hpp"
 #include "hitch/compress/wire.hpp"
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/core/options.hpp"

@@ -26,8 +26,11 @@
 #include <vector>
 
 #include "hitch/compress/detail/codec.hpp"
+#include "hitch/compress/detail/bitstream.hpp"
+#include "hitch/compress/detail/moments.hpp"
 #include "hitch/compress/detail/quantize.hpp"
 #include "hitch/compress/detail/random.hpp"
+#include "hitch/compress/tuning.hpp"
 #include "hitch/compress/wire.hpp"
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/core/options.hpp"
@@ -124,10 +127,10 @@ public:
 
 private:
     /// Elements quantised per block (codes in cache between quantising and packing).
-    static constexpr std::size_t block = 16384;
+    static constexpr std::size_t block = tuning::terngrad_pack_block;
 
     /// Elements per running-maximum step of the one-pass encode (in L1 between its max and its quantisation).
-    static constexpr std::size_t step_block = detail::moment_block;
+    static constexpr std::size_t step_block = tuning::moment_block;
     /// The running maximum restarts at every segment, so chunks of whole segments give the same message on any
     /// number of threads.
     static constexpr std::size_t segment = detail::rng_block;

@@ -24,6 +24,7 @@
 #include "hitch/compress/detail/codec.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/detail/sparse.hpp"
+#include "hitch/compress/tuning.hpp"
 #include "hitch/compress/wire.hpp"
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/core/options.hpp"
@@ -37,9 +38,9 @@ struct topk_options {
     double density = 0.01;
     topk_method method = topk_method::sampled;
     /// Sampled method: fraction of the bucket sampled to estimate the threshold (DGC: 0.1% to 1%) ...
-    double sample_fraction = 0.01;
+    double sample_fraction = tuning::topk_sample_fraction;
     /// ... and never fewer than this many samples.
-    std::size_t min_sample = 4096;
+    std::size_t min_sample = tuning::topk_min_sample;
     /// Seed of the samples (the selection itself does not depend on it; only how fast it is found).
     std::uint64_t seed = 0x70b4c0de;
 
@@ -138,7 +139,7 @@ private:
             finite = detail::topk_exact(v, n, kk, s.selection, s.scratch);
             s.passes = 0;
         } else {
-            const detail::sampling how{options_.sample_fraction, options_.min_sample, 4};
+            const detail::sampling how{options_.sample_fraction, options_.min_sample, tuning::topk_sample_attempts};
             finite = detail::topk_sampled(v, n, kk, detail::draw_key(options_.seed, 0, s.step), how, s.selection,
                                           s.scratch, &s.passes);
         }

@@ -16,7 +16,7 @@
 //   x.decode_add(bytes, acc)               acc += decoded message
 //   x.save_state(state, blob), x.load_state(blob, state)   versioned, checksummed state blobs
 //
-// Refinements used by the aggregation (compress/aggregate.hpp), which picks its algorithm from them at compile
+// Refinements used by the aggregation (exchange/aggregate.hpp), which picks its algorithm from them at compile
 // time:
 //   summable_compressor<X>   additive codecs: encode_summable / decode_summed on a typed buffer an all-reduce sums
 //   residual_compressor<X>   encode_ef(g, r_in, r_out, state, bytes): encodes g + r_in and writes what was not sent

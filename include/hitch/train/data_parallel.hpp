@@ -56,7 +56,7 @@
 #include "hitch/amp/mixed_precision.hpp"
 #include "hitch/amp/nonfinite.hpp"
 #include "hitch/comm/agree.hpp"
-#include "hitch/compress/aggregate.hpp"
+#include "hitch/exchange/aggregate.hpp"
 #include "hitch/compress/none.hpp"
 #include "hitch/compress/powersgd.hpp"
 #include "hitch/concepts/allreduce_schedule.hpp"

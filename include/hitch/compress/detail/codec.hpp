@@ -16,6 +16,7 @@
 
 #include "hitch/compress/detail/crc32c.hpp"
 #include "hitch/compress/detail/parallel.hpp"
+#include "hitch/compress/tuning.hpp"
 #include "hitch/compress/wire.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
@@ -170,7 +171,7 @@ void load_empty_state(std::span<const std::byte> blob, empty_state& s, std::stri
 template <class Convert>
 std::pair<bool, std::uint32_t> convert_and_checksum(std::size_t n, std::size_t width, std::byte* out,
                                                     const parallelism& how, Convert&& convert) {
-    constexpr std::size_t block = 8192;
+    constexpr std::size_t block = tuning::checksum_block;
     const chunk_plan plan = plan_chunks(n, block, how);
     std::vector<std::uint32_t> raw(plan.count, 0);
     std::vector<unsigned char> finite(plan.count, 1);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hitch/core/options.hpp"
+#include "hitch/compress/tuning.hpp"
 #include "hitch/core/parallel.hpp"
 
 namespace hitch::compress {
@@ -20,7 +21,7 @@ struct parallelism {
     /// 0: the shared pool (every core); 1: the calling thread only; n: at most n chunks.
     std::size_t threads = 0;
     /// Buckets with fewer elements stay on the calling thread (waking a thread costs more than it saves).
-    std::size_t min_elements = std::size_t{1} << 16;
+    std::size_t min_elements = tuning::parallel_min_elements;
 
     void validate(std::string_view owner) const {
         option_validator(owner).at_least("parallel.min_elements", min_elements, std::size_t{1});

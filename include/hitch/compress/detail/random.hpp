@@ -10,6 +10,7 @@
 // Neither is cryptographic; both are statistically strong enough that the unbiasedness tests cannot tell them
 // from ideal randomness at the sample sizes they use.
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -70,6 +71,22 @@ private:
     std::uint32_t k0_;
     std::uint32_t k1_;
 };
+
+/// Elements per random-number block: element i uses counter_rng(key).at_block(i / 65536).bits(i % 65536).
+inline constexpr std::size_t rng_block = 65536;
+
+/// Calls f(done, len, first, rng) for the pieces of elements [begin, begin + n) that lie in one random-number block
+/// each: elements [begin + done, begin + done + len) are that block's elements first, first + 1, ... and draw from
+/// `rng`.
+template <class F>
+HITCH_COMPRESS_ALWAYS_INLINE void for_rng_blocks(std::size_t begin, std::size_t n, const counter_rng& base, F&& f) {
+    for (std::size_t done = 0; done < n;) {
+        const std::size_t index = begin + done, offset = index % rng_block;
+        const std::size_t len = std::min(n - done, rng_block - offset);
+        f(done, len, static_cast<std::uint32_t>(offset), base.at_block(index / rng_block));
+        done += len;
+    }
+}
 
 /// xoshiro256** (Blackman and Vigna 2018), seeded through splitmix64.
 class xoshiro256ss {

@@ -21,6 +21,7 @@
 #include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/detail/simd.hpp"
+#include "hitch/compress/tuning.hpp"
 #include "hitch/compress/wire.hpp"
 
 namespace hitch::compress::detail {
@@ -224,9 +225,9 @@ inline void keep_top(sparse_selection& sel, std::size_t k, std::vector<float>& s
 }
 
 struct sampling {
-    double fraction = 0.01;         // of the bucket sampled (DGC samples 0.1% to 1%)
-    std::size_t min_sample = 4096;  // never fewer
-    int attempts = 4;               // passes before exact selection takes over
+    double fraction = tuning::topk_sample_fraction;     // of the bucket sampled
+    std::size_t min_sample = tuning::topk_min_sample;  // never fewer
+    int attempts = tuning::topk_sample_attempts;       // passes before exact selection takes over
 };
 
 /// Sampled top-k (see the file comment). Selects exactly the same elements as topk_exact; `passes` reports how
@@ -240,7 +241,8 @@ struct sampling {
     std::size_t s = static_cast<std::size_t>(std::llround(static_cast<double>(n) * how.fraction));
     s = std::max(s, how.min_sample);
     // Sampling pays only when the sample is much smaller than the bucket and k is a small part of it.
-    if (k == 0 || s * 4 > n || k * 16 > n) return topk_exact(v, n, k, out, scratch);
+    if (k == 0 || s * tuning::topk_sample_share > n || k * tuning::topk_selected_share > n)
+        return topk_exact(v, n, k, out, scratch);
     std::vector<float> sample(s);
     xoshiro256ss rng(key);
     for (auto& x : sample) {

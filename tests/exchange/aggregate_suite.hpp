@@ -1,7 +1,8 @@
 #pragma once
-// Checks of compress::aggregate written once against the communicator concept and run over comm::local (threads,
-// 1 to 5 ranks) and comm::mpi (processes, 2 and 3 ranks). Each function is collective. Every rank can generate
-// every rank's gradients (seeded by step and rank), so each rank computes the references itself:
+// Checks of the compressed exchange (exchange/aggregate.hpp) written once against the communicator concept and
+// run over comm::local (threads, 1 to 5 ranks) and comm::mpi (processes, 2 and 3 ranks). Each function is
+// collective. Every rank can generate every rank's gradients (seeded by step and rank), so each rank computes the
+// references itself:
 //   - decode-then-sum: each rank's message encoded again with a state of its own, decoded and added in rank order;
 //   - the compressed ring: the same algorithm run serially over p virtual ranks with the codec's own encode_ef;
 //   - PowerSGD: the codec's two-round primitives called serially, sums in rank order.
@@ -19,11 +20,11 @@
 
 #include "hitch/allreduce/group.hpp"
 #include "hitch/allreduce/partition.hpp"
-#include "hitch/compress/aggregate.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/powersgd.hpp"
 #include "hitch/concepts/communicator.hpp"
-#include "helpers.hpp"
+#include "hitch/exchange/aggregate.hpp"
+#include "../compress/helpers.hpp"
 
 namespace hitch_test {
 

@@ -3,14 +3,14 @@
 
 #include <vector>
 
-#include "helpers.hpp"
+#include "../compress/helpers.hpp"
 #include "hitch/comm/local.hpp"
 
 // [docs-begin]
 #include "hitch/allreduce/allreduce.hpp"
-#include "hitch/compress/aggregate.hpp"
 #include "hitch/compress/error_feedback.hpp"
 #include "hitch/compress/topk.hpp"
+#include "hitch/exchange/aggregate.hpp"
 
 // One bucket per data-parallel step; every rank runs this with its own gradients.
 template <hitch::communicator C>

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "aggregate_suite.hpp"
-#include "codecs.hpp"
+#include "../compress/codecs.hpp"
 #include "hitch/comm/local.hpp"
 
 namespace hc = hitch::compress;

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "aggregate_suite.hpp"
-#include "codecs.hpp"
+#include "../compress/codecs.hpp"
 #include "hitch/allreduce/native.hpp"
 #include "hitch/comm/mpi.hpp"
 
