@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "hitch/compress/detail/crc32c.hpp"
 #include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/wire.hpp"
+#include "hitch/core/crc32c.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/tensor.hpp"
