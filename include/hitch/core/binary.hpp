@@ -29,10 +29,11 @@
 
 namespace hitch {
 
-/// A value byte_writer and byte_reader store as little-endian bytes: integers, floats, enums of 1, 2, 4 or 8 bytes.
+/// A value byte_writer and byte_reader store as little-endian bytes: a trivially copyable value of 1, 2, 4 or 8
+/// bytes (integers, floats, enums, hitch::half), its bytes reversed on a big-endian host.
 template <class T>
-concept byte_scalar = std::is_trivially_copyable_v<T> && (std::is_arithmetic_v<T> || std::is_enum_v<T>) &&
-                      (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8);
+concept byte_scalar =
+    std::is_trivially_copyable_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8);
 
 template <byte_scalar T>
 inline void store_le(std::byte* at, T value) noexcept {
