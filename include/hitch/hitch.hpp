@@ -5,6 +5,8 @@
 // hitch/comm/mpi.hpp and hitch/allreduce/native.hpp (link hitch::mpi) or hitch/cuda/... (link hitch::cuda) for those
 // backends.
 
+#include "hitch/core/binary.hpp"
+#include "hitch/core/crc32c.hpp"
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"

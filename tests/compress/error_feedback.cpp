@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "../core/legacy_formats.hpp"
 #include "helpers.hpp"
 #include "hitch/compress/bf16.hpp"
 #include "hitch/compress/error_feedback.hpp"
@@ -93,7 +94,7 @@ TEST_CASE("error feedback: the residual saves and loads through a checked blob",
         ef.encode(tensor_view<const float>(g), s, m);
     }
     ef.save_state(s, blob);
-    CHECK(blob.size() == 32 + 8 + 4 * 500 + 8 + 32);
+    CHECK(blob.size() == hc::wire::state_payload_offset + 8 + 4 * 500 + 8 + hc::wire::state_payload_offset);
     auto restored = ef.make_state(500);
     ef.load_state(blob, restored);
     CHECK(restored.residual == s.residual);
@@ -125,7 +126,24 @@ TEST_CASE("error feedback: the residual saves and loads through a checked blob",
     CHECK(hitch_test::throws_corrupt([&] { hc::fp16{}.load_state(blob, e); }, "flags 1 are not 0"));
     // A blob whose residual holds NaN (resealed so only the content check can catch it).
     auto nan_blob = blob;
-    hc::wire::store_le(nan_blob.data() + 32 + 8 + 4 * 7, std::numeric_limits<float>::quiet_NaN());
-    hitch_test::reseal(nan_blob);
+    hc::wire::store_le(nan_blob.data() + hc::wire::state_payload_offset + 8 + 4 * 7,
+                       std::numeric_limits<float>::quiet_NaN());
+    hitch_test::reseal_frame(nan_blob);
     CHECK(hitch_test::throws_corrupt([&] { ef.load_state(nan_blob, restored); }, "NaN"));
+}
+
+TEST_CASE("error_feedback loads a version 1 state blob written by the first release", "[compress][error_feedback]") {
+    const auto* p = reinterpret_cast<const std::byte*>(hitch_test::legacy::hcst_v1_error_feedback_fp16);
+    const std::vector<std::byte> old(p, p + sizeof hitch_test::legacy::hcst_v1_error_feedback_fp16);
+    const hc::error_feedback<hc::fp16> ef;
+    auto s = ef.make_state(3);
+    ef.load_state(old, s);
+    CHECK(s.residual == std::vector<float>{0x1.99ap-16f, -0x1.556p-14f, -0x1.d2ap-27f});
+    // Saved again, it is a version 2 blob that loads to the same state.
+    std::vector<std::byte> again;
+    ef.save_state(s, again);
+    CHECK(hc::wire::load_le<std::uint32_t>(again.data() + 8) == hc::wire::state_version);
+    auto t = ef.make_state(3);
+    ef.load_state(again, t);
+    CHECK(t.residual == s.residual);
 }

@@ -59,6 +59,10 @@ inline bool throws_corrupt(const std::function<void()>& f, const std::string& fr
 /// Re-seals a message after a test modified its header or payload on purpose (to reach the checks behind the
 /// checksum).
 inline void reseal(std::vector<std::byte>& m) { hitch::compress::wire::seal(m); }
+/// Recomputes the checksum of a blob in the common frame (version 2 state blobs).
+inline void reseal_frame(std::vector<std::byte>& b) {
+    hitch::store_le(b.data() + hitch::frame_checksum_offset, hitch::detail::frame_checksum(b));
+}
 
 }  // namespace hitch_test
 

@@ -1,5 +1,4 @@
-// The wire format: CRC32C against its standard check value and the bitwise definition, varints, and every header
-// check of wire::open().
+// The wire format: varints, every header check of wire::open(), and state blobs of both versions.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -7,11 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "../core/legacy_formats.hpp"
 #include "helpers.hpp"
 #include "hitch/compress/wire.hpp"
+#include "hitch/core/crc32c.hpp"
 
 namespace wire = hitch::compress::wire;
-namespace cd = hitch::compress::detail;
 
 namespace {
 
@@ -19,16 +19,6 @@ std::vector<std::byte> bytes_of(const std::string& s) {
     std::vector<std::byte> b(s.size());
     std::memcpy(b.data(), s.data(), s.size());
     return b;
-}
-
-// The CRC's definition, one bit at a time: the reference the table and hardware paths must equal.
-std::uint32_t crc32c_bitwise(std::span<const std::byte> data) {
-    std::uint32_t c = 0xFFFFFFFFu;
-    for (std::byte b : data) {
-        c ^= static_cast<std::uint32_t>(b);
-        for (int i = 0; i < 8; ++i) c = (c >> 1) ^ ((c & 1u) ? 0x82F63B78u : 0u);
-    }
-    return ~c;
 }
 
 std::vector<std::byte> sample_message(std::size_t payload = 40) {
@@ -40,26 +30,6 @@ std::vector<std::byte> sample_message(std::size_t payload = 40) {
 }
 
 }  // namespace
-
-TEST_CASE("crc32c: standard check value, bitwise definition, streaming, and both code paths", "[compress][wire]") {
-    CHECK(cd::crc32c_of(bytes_of("123456789")) == 0xE3069283u);
-    CHECK(cd::crc32c_of({}) == 0u);
-    std::mt19937 rng(7);
-    // Lengths around the three-stream block (3 x 4096 bytes) and the 8-byte steps.
-    for (std::size_t n : {1u, 7u, 8u, 9u, 63u, 4095u, 12287u, 12288u, 12289u, 24576u, 40000u, 100003u}) {
-        std::vector<std::byte> data(n);
-        for (auto& b : data) b = static_cast<std::byte>(rng());
-        const std::uint32_t want = crc32c_bitwise(data);
-        CHECK(cd::crc32c_of(data) == want);
-        CHECK(~cd::crc32c_update_portable(0xFFFFFFFFu, data.data(), data.size()) == want);
-        cd::wide_paths_enabled = false;
-        CHECK(cd::crc32c_of(data) == want);
-        cd::wide_paths_enabled = true;
-        // Split anywhere, streaming gives the same value.
-        const std::size_t cut = n / 3;
-        CHECK(cd::crc32c().update(std::span(data).first(cut)).update(std::span(data).subspan(cut)).value() == want);
-    }
-}
 
 TEST_CASE("varints: sizes, round trip, and malformed input", "[compress][wire]") {
     const std::vector<std::uint64_t> values = {0, 1, 127, 128, 300, 16383, 16384, (1ull << 35) + 5, ~0ull};
@@ -192,22 +162,57 @@ TEST_CASE("wire::reader and state blobs check every bound", "[compress][wire]") 
     CHECK(hitch_test::throws_corrupt([&] { (void)wire::open(blob, {"test", 7}); }, "not a hitch message"));
 }
 
-TEST_CASE("crc32c: pieces checksummed apart combine into the whole", "[compress][wire]") {
+TEST_CASE("a message sealed from a payload CRC computed apart equals one sealed the ordinary way", "[compress][wire]") {
     std::mt19937 rng(11);
-    std::vector<std::byte> data(50000);
+    std::vector<std::byte> data(1000);
     for (auto& b : data) b = static_cast<std::byte>(rng());
-    const std::uint32_t whole = cd::crc32c_update(0xFFFFFFFFu, data);
-    for (std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{17}, std::size_t{12288}, std::size_t{49999}}) {
-        const auto a = std::span<const std::byte>(data).first(cut), b = std::span<const std::byte>(data).subspan(cut);
-        CHECK((cd::crc32c_shift_bytes(cd::crc32c_update(0xFFFFFFFFu, a), b.size()) ^ cd::crc32c_update(0, b)) == whole);
-    }
-    // A message sealed from a payload CRC computed apart equals one sealed the ordinary way.
     std::vector<std::byte> m1, m2;
     for (auto* m : {&m1, &m2}) {
         hitch::compress::wire::writer w(*m, 200, hitch::dtype::f32, 7, 1000);
         std::memcpy(w.payload(), data.data(), 1000);
         if (m == &m1) w.finish(1000);
-        else w.finish_with_payload_crc(1000, cd::crc32c_update(0, std::span<const std::byte>(data).first(1000)));
+        else w.finish_with_payload_crc(1000, hitch::crc32c_update(0, data));
     }
     CHECK(m1 == m2);
+}
+
+TEST_CASE("state blobs: version 2 frame, and version 1 blobs are still read", "[compress][wire]") {
+    std::vector<std::byte> body(12);
+    wire::store_le<std::uint64_t>(body.data(), 3);
+    std::vector<std::byte> blob;
+    wire::seal_state(blob, 7, 100, body, 1);
+    REQUIRE(blob.size() == wire::state_payload_offset + 12);
+    CHECK(std::memcmp(blob.data(), "HCST\0\0\0\0", 8) == 0);
+    CHECK(wire::load_le<std::uint32_t>(blob.data() + 8) == 2);
+    CHECK(wire::load_le<std::uint64_t>(blob.data() + 12) == blob.size());
+    const auto m = wire::open_state(blob, 7, 100, "test", 1);
+    CHECK(m.head.codec == 7);
+    CHECK(m.head.flags == 1);
+    CHECK(m.payload.size() == 12);
+    CHECK(m.payload.data() == blob.data() + wire::state_payload_offset);
+    auto cut = blob;
+    cut.resize(30);
+    CHECK(hitch_test::throws_corrupt([&] { (void)wire::open_state(cut, 7, 100, "test", 1); },
+                                     "test: truncated: 30 of 48 bytes"));
+    auto flipped = blob;
+    flipped[40] ^= std::byte{1};
+    CHECK(hitch_test::throws_corrupt([&] { (void)wire::open_state(flipped, 7, 100, "test", 1); },
+                                     "corrupt (checksum)"));
+    auto newer = blob;
+    wire::store_le<std::uint32_t>(newer.data() + 8, 3);
+    hitch_test::reseal_frame(newer);
+    CHECK(hitch_test::throws_corrupt([&] { (void)wire::open_state(newer, 7, 100, "test", 1); },
+                                     "written by a newer hitch (format 3, this build reads 1-2)"));
+
+    // Version 1: the message header with magic "HCST", written by the first release.
+    const std::vector<std::byte> old(reinterpret_cast<const std::byte*>(hitch_test::legacy::hcst_v1_counters),
+                                     reinterpret_cast<const std::byte*>(hitch_test::legacy::hcst_v1_counters) +
+                                         sizeof hitch_test::legacy::hcst_v1_counters);
+    const auto v1 = wire::open_state(old, hitch::compress::codec_ids::qsgd, 5, "test");
+    wire::reader r(v1.payload, "test");
+    CHECK(r.get<std::uint64_t>("step") == 3);
+    CHECK(r.get<std::uint64_t>("stream") == 9);
+    r.expect_end();
+    CHECK(hitch_test::throws_corrupt([&] { (void)wire::open_state(old, hitch::compress::codec_ids::qsgd, 6, "test"); },
+                                     "bucket of 5 elements, not 6"));
 }

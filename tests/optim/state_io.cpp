@@ -3,6 +3,7 @@
 #include <sstream>
 #include <string>
 
+#include "../core/legacy_formats.hpp"
 #include "driver.hpp"
 #include "hitch/optim/adam.hpp"
 #include "hitch/optim/adamw.hpp"
@@ -94,16 +95,19 @@ TEST_CASE("loading a corrupt or truncated state throws corrupt_message_error and
     };
     std::string bad = good;
     bad[0] = 'X';
-    CHECK_THROWS_WITH(load(bad), Catch::Contains("bad magic"));
+    CHECK_THROWS_WITH(load(bad), Catch::Contains("not a hitch optimizer state (magic \"XITCHOPT\""));
     bad = good;
     bad[8] = 7;  // version
-    CHECK_THROWS_WITH(load(bad), Catch::Contains("version 7 is not supported"));
+    CHECK_THROWS_WITH(load(bad), Catch::Contains("written by a newer hitch (format 7, this build reads 1-2)"));
     bad = good;
     bad[bad.size() - 20] ^= 0x10;  // a payload byte
-    CHECK_THROWS_WITH(load(bad), Catch::Contains("checksum mismatch"));
+    CHECK_THROWS_WITH(load(bad), Catch::Contains("corrupt (checksum)"));
     CHECK_THROWS_AS(load(bad), hitch::corrupt_message_error);
-    CHECK_THROWS_WITH(load(good.substr(0, good.size() - 9)), Catch::Contains("truncated"));
-    CHECK_THROWS_WITH(load(good.substr(0, 30)), Catch::Contains("truncated"));
+    const std::string size = std::to_string(good.size());
+    CHECK_THROWS_WITH(load(good.substr(0, good.size() - 9)),
+                      Catch::Contains("truncated: " + std::to_string(good.size() - 9) + " of " + size + " bytes"));
+    CHECK_THROWS_WITH(load(good.substr(0, 30)), Catch::Contains("truncated: 30 of " + size + " bytes"));
+    CHECK_THROWS_WITH(load(good.substr(0, 10)), Catch::Contains("truncated: 10 bytes, shorter than the 24-byte header"));
     CHECK_THROWS_AS(load(""), hitch::corrupt_message_error);
     CHECK(opt.state(1).m.data()[3] == m0);
     CHECK(opt.state(1).steps == steps0);
@@ -127,4 +131,50 @@ TEST_CASE("loading another optimizer's or another model's state throws mismatch_
     CHECK_THROWS_WITH(load(saved_state<optim::adam>({.amsgrad = true}, {10, 20})), Catch::Contains("amsgrad"));
     CHECK_THROWS_AS(load(saved_state<optim::adam>({.amsgrad = true}, {10, 20})), hitch::mismatch_error);
     CHECK(opt.state(0).steps == 0);
+}
+
+TEST_CASE("a state of format version 1, written by the first release, still loads", "[optim][state]") {
+    // Momentum 0.9, two steps of lr 0.1 over layers "w" (3) and "b" (2) with constant gradients.
+    std::vector<float> w = {1.0f, -2.0f, 0.5f}, gw = {0.25f, 0.5f, -1.0f}, b = {3.0f, 4.0f}, gb = {-0.5f, 2.0f};
+    std::vector<optim::layer> layers;
+    layers.push_back({"w", hitch::view(w), hitch::view(gw), {}});
+    layers.push_back({"b", hitch::view(b), hitch::view(gb), {}});
+    optim::model_optimizer<optim::momentum> straight({.momentum = 0.9f}, layers);
+    straight.step(0.1f);
+    straight.step(0.1f);
+
+    optim::model_optimizer<optim::momentum> loaded({.momentum = 0.9f}, layers);
+    std::stringstream old(std::string(reinterpret_cast<const char*>(hitch_test::legacy::hitchopt_v1),
+                                      sizeof hitch_test::legacy::hitchopt_v1));
+    loaded.load(old);
+    for (std::size_t k = 0; k < 2; ++k) {
+        CHECK(loaded.state(k).steps == 2);
+        const auto want = straight.state(k).buffers();
+        const auto got = loaded.state(k).buffers();
+        REQUIRE(std::ranges::size(got) == std::ranges::size(want));
+        for (std::size_t i = 0; i < std::ranges::size(got); ++i) {
+            const auto x = std::ranges::begin(want)[static_cast<std::ptrdiff_t>(i)];
+            const auto y = std::ranges::begin(got)[static_cast<std::ptrdiff_t>(i)];
+            CHECK(std::equal(x.data(), x.data() + x.size(), y.data(), y.data() + y.size()));
+        }
+    }
+    // Cut short or damaged, version 1 is refused as before.
+    const std::string bytes(reinterpret_cast<const char*>(hitch_test::legacy::hitchopt_v1),
+                            sizeof hitch_test::legacy::hitchopt_v1);
+    std::stringstream cut(bytes.substr(0, bytes.size() - 3));
+    CHECK_THROWS_WITH(loaded.load(cut), Catch::Contains("truncated"));
+    std::string flipped = bytes;
+    flipped[40] ^= 1;
+    std::stringstream damaged(flipped);
+    CHECK_THROWS_AS(loaded.load(damaged), hitch::corrupt_message_error);
+}
+
+TEST_CASE("the state is followed by other bytes in a stream and reads only its own", "[optim][state]") {
+    const std::string one = saved_state<optim::adam>({}, {10, 20});
+    std::stringstream s(one + one);
+    float_model m({10, 20}, 5);
+    optim::model_optimizer<optim::adam> opt({}, m.layers);
+    opt.load(s);
+    opt.load(s);
+    CHECK(s.peek() == std::char_traits<char>::eof());
 }

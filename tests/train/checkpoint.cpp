@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "../core/legacy_formats.hpp"
 #include "hitch/train/checkpoint.hpp"
 
 namespace fs = std::filesystem;
@@ -74,7 +75,54 @@ TEST_CASE("every flipped byte and every truncation of a checkpoint is rejected",
     longer.push_back(std::byte{0});
     CHECK_THROWS_AS(checkpoint_reader(longer, "longer"), hitch::corrupt_message_error);
     CHECK_THROWS_WITH(checkpoint_reader(std::vector<std::byte>(64, std::byte{'x'}), "junk"),
-                      Catch::Contains("junk is corrupt: bad magic"));
+                      Catch::Contains("junk: not a hitch checkpoint"));
+}
+
+TEST_CASE("a checkpoint cut to half its size is reported as truncated, with the sizes", "[train][checkpoint]") {
+    checkpoint_writer w;
+    w.add("params", std::vector<std::byte>(4000, std::byte{7}));
+    w.add("optimizer", std::vector<std::byte>(999, std::byte{9}));
+    const fs::path path = scratch("half.ckpt");
+    w.commit(path);
+    const auto size = fs::file_size(path);
+    fs::resize_file(path, size / 2);
+    const std::string want = "hitch::train::checkpoint: " + path.string() + ": truncated: " + std::to_string(size / 2) +
+                             " of " + std::to_string(size) + " bytes";
+    CHECK_THROWS_WITH(checkpoint_reader(path), want);
+    CHECK_THROWS_AS(checkpoint_reader(path), hitch::corrupt_message_error);
+
+    // Damage is told apart from truncation.
+    auto bytes = w.serialize();
+    bytes[bytes.size() / 2] ^= std::byte{1};
+    CHECK_THROWS_WITH(checkpoint_reader(bytes, "damaged"),
+                      Catch::Contains("damaged: corrupt (checksum)") &&
+                          Catch::Contains("the " + std::to_string(bytes.size()) + " bytes give"));
+    auto newer = w.serialize();
+    newer[8] = std::byte{3};
+    CHECK_THROWS_WITH(checkpoint_reader(newer, "newer"),
+                      Catch::Contains("newer: written by a newer hitch (format 3, this build reads 1-2)"));
+}
+
+TEST_CASE("a checkpoint of format version 1, written by the first release, still reads", "[train][checkpoint]") {
+    const auto* p = reinterpret_cast<const std::byte*>(hitch_test::legacy::hitchckp_v1);
+    const std::vector<std::byte> old(p, p + sizeof hitch_test::legacy::hitchckp_v1);
+    const checkpoint_reader r(old, "old");
+    CHECK(r.names() == std::vector<std::string>{"a", "b", "empty"});
+    const auto b = r.section("b");
+    CHECK(std::string(reinterpret_cast<const char*>(b.data()), b.size()) == "bravo bravo");
+    CHECK(r.section("empty").empty());
+    for (std::size_t n = 0; n < old.size(); ++n)
+        REQUIRE_THROWS_AS(checkpoint_reader(std::vector<std::byte>(old.begin(), old.begin() + static_cast<std::ptrdiff_t>(n)), "cut"),
+                          hitch::corrupt_message_error);
+    // Written again, it is version 2 with the same sections.
+    checkpoint_writer w;
+    for (const auto& name : r.names()) {
+        const auto s = r.section(name);
+        w.add(name, std::vector<std::byte>(s.begin(), s.end()));
+    }
+    const auto again = w.serialize();
+    CHECK(hitch::load_le<std::uint32_t>(again.data() + 8) == hitch::train::checkpoint_version);
+    CHECK(checkpoint_reader(again, "again").names() == r.names());
 }
 
 TEST_CASE("a save killed half-way leaves the previous checkpoint intact", "[train][checkpoint]") {

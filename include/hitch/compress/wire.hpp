@@ -4,7 +4,7 @@
 // A message is a 32-byte header followed by the codec's payload. All integers are little-endian.
 //
 //   offset  size  field
-//        0     4  magic            "HCMP" for messages, "HCST" for saved codec state
+//        0     4  magic            "HCMP" (and "HCST" in version 1 of saved codec state; see the end of the file)
 //        4     1  format version   wire::format_version (1)
 //        5     1  codec id         compress::codec_ids (user codecs: 128..255)
 //        6     1  element type     hitch::dtype of the encoded elements (half, bfloat16, float or double)
@@ -14,8 +14,10 @@
 //       24     4  reserved         0
 //       28     4  checksum         CRC32C of bytes [0, 28) followed by the payload
 //
-// wire::open() validates all of it and throws hitch::corrupt_message_error naming the first inconsistency; the
-// codecs then read the payload through wire::reader, whose every read is bounds-checked, so no input can make a
+// This is the common frame of core/binary.hpp laid out for the hot path: the same fields in 32 bytes, read and
+// written with byte_reader and byte_writer. wire::open() validates all of it and throws
+// hitch::corrupt_message_error naming the first inconsistency; the codecs then read the payload through
+// wire::reader (a byte_reader), whose every read is bounds-checked, so no input can make a
 // decoder read or write outside its buffers. The header is a multiple of 8 bytes, so the payload of a message
 // held in a std::vector<std::byte> starts suitably aligned for any element type.
 
@@ -31,7 +33,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "hitch/compress/detail/crc32c.hpp"
+#include "hitch/core/binary.hpp"
+#include "hitch/core/crc32c.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
 
@@ -88,33 +91,9 @@ struct message_view {
     std::span<const std::byte> payload;
 };
 
-// ---- little-endian scalars -------------------------------------------------------------------------------------
-
-template <class T>
-    requires(std::is_trivially_copyable_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8))
-inline void store_le(std::byte* at, T value) noexcept {
-    if constexpr (std::endian::native == std::endian::little) {
-        std::memcpy(at, &value, sizeof(T));
-    } else {
-        std::array<std::byte, sizeof(T)> b;
-        std::memcpy(b.data(), &value, sizeof(T));
-        for (std::size_t i = 0; i < sizeof(T); ++i) at[i] = b[sizeof(T) - 1 - i];
-    }
-}
-
-template <class T>
-    requires(std::is_trivially_copyable_v<T> && (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8))
-[[nodiscard]] inline T load_le(const std::byte* at) noexcept {
-    T value;
-    if constexpr (std::endian::native == std::endian::little) {
-        std::memcpy(&value, at, sizeof(T));
-    } else {
-        std::array<std::byte, sizeof(T)> b;
-        for (std::size_t i = 0; i < sizeof(T); ++i) b[i] = at[sizeof(T) - 1 - i];
-        std::memcpy(&value, b.data(), sizeof(T));
-    }
-    return value;
-}
+// Little-endian scalars: the codecs write their payloads at computed offsets with these.
+using hitch::load_le;
+using hitch::store_le;
 
 // ---- variable-length integers (unsigned LEB128: 7 bits per byte, high bit = more) -------------------------------
 
@@ -140,45 +119,39 @@ inline std::byte* put_varint(std::byte* at, std::uint64_t v) noexcept {
 // ---- header ----------------------------------------------------------------------------------------------------
 
 [[nodiscard]] inline std::string magic_text(std::uint32_t magic) {
-    std::string s;
-    for (int i = 0; i < 4; ++i) {
-        const auto c = static_cast<unsigned char>(magic >> (8 * i));
-        if (c >= 0x20 && c < 0x7f) s += static_cast<char>(c);
-        else s += hitch::detail::concat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
-    }
-    return s;
+    std::array<std::byte, 4> b;
+    store_le(b.data(), magic);
+    return hitch::detail::magic_text(b);
 }
 
-inline void write_header(std::byte* at, const header& h) noexcept {
-    store_le(at + 0, h.magic);
-    store_le(at + 4, h.version);
-    store_le(at + 5, h.codec);
-    store_le(at + 6, static_cast<std::uint8_t>(h.type));
-    store_le(at + 7, h.flags);
-    store_le(at + 8, h.count);
-    store_le(at + 16, h.payload_bytes);
-    store_le(at + 24, std::uint32_t{0});
-    store_le(at + 28, h.checksum);
+inline void write_header(std::byte* at, const header& h) {
+    byte_writer w(std::span<std::byte>(at, header_bytes));
+    w.put(h.magic).put(h.version).put(h.codec).put(static_cast<std::uint8_t>(h.type)).put(h.flags);
+    w.put(h.count).put(h.payload_bytes).put(std::uint32_t{0}).put(h.checksum);
 }
 
-[[nodiscard]] inline header read_header(const std::byte* at) noexcept {
+/// The header's fields; `reserved` receives bytes [24, 28), which a valid header keeps zero.
+[[nodiscard]] inline header read_header(const std::byte* at, std::uint32_t* reserved = nullptr) {
+    byte_reader r(std::span<const std::byte>(at, header_bytes), "hitch::compress::wire");
     header h;
-    h.magic = load_le<std::uint32_t>(at + 0);
-    h.version = load_le<std::uint8_t>(at + 4);
-    h.codec = load_le<std::uint8_t>(at + 5);
-    h.type = static_cast<dtype>(load_le<std::uint8_t>(at + 6));
-    h.flags = load_le<std::uint8_t>(at + 7);
-    h.count = load_le<std::uint64_t>(at + 8);
-    h.payload_bytes = load_le<std::uint64_t>(at + 16);
-    h.checksum = load_le<std::uint32_t>(at + 28);
+    h.magic = r.get<std::uint32_t>("magic");
+    h.version = r.get<std::uint8_t>("version");
+    h.codec = r.get<std::uint8_t>("codec");
+    h.type = static_cast<dtype>(r.get<std::uint8_t>("element type"));
+    h.flags = r.get<std::uint8_t>("flags");
+    h.count = r.get<std::uint64_t>("count");
+    h.payload_bytes = r.get<std::uint64_t>("payload length");
+    const auto zero = r.get<std::uint32_t>("reserved");
+    if (reserved != nullptr) *reserved = zero;
+    h.checksum = r.get<std::uint32_t>("checksum");
     return h;
 }
 
 /// The checksum of a complete message or blob: CRC32C of its first 28 bytes and its payload.
 [[nodiscard]] inline std::uint32_t checksum_of(std::span<const std::byte> whole) {
     const auto payload = whole.subspan(header_bytes);
-    const std::uint32_t head = compress::detail::crc32c_update(0xFFFFFFFFu, whole.first(checksum_offset));
-    return ~(compress::detail::crc32c_shift_bytes(head, payload.size()) ^ compress::detail::crc32c_raw_parallel(payload));
+    const std::uint32_t head = crc32c_update(0xFFFFFFFFu, whole.first(checksum_offset));
+    return ~(crc32c_shift_bytes(head, payload.size()) ^ crc32c_raw_parallel(payload));
 }
 
 [[nodiscard]] constexpr bool is_floating(dtype t) noexcept {
@@ -223,9 +196,8 @@ public:
         out_.resize(header_bytes + payload_bytes);
         write_header(out_.data(), head_);
         const std::uint32_t head_raw =
-            compress::detail::crc32c_update(0xFFFFFFFFu, std::span<const std::byte>(out_.data(), checksum_offset));
-        store_le(out_.data() + checksum_offset,
-                 ~(compress::detail::crc32c_shift_bytes(head_raw, payload_bytes) ^ payload_raw));
+            crc32c_update(0xFFFFFFFFu, std::span<const std::byte>(out_.data(), checksum_offset));
+        store_le(out_.data() + checksum_offset, ~(crc32c_shift_bytes(head_raw, payload_bytes) ^ payload_raw));
         return out_.size();
     }
 
@@ -250,7 +222,8 @@ struct expect {
     if (bytes.size() < header_bytes)
         corrupt(e.who, hitch::detail::concat("truncated: ", bytes.size(), " bytes, shorter than the ", header_bytes,
                                       "-byte header"));
-    const header h = read_header(bytes.data());
+    std::uint32_t reserved = 0;
+    const header h = read_header(bytes.data(), &reserved);
     if (h.magic != e.magic)
         corrupt(e.who, hitch::detail::concat("magic \"", magic_text(h.magic), "\" is not \"", magic_text(e.magic),
                                       "\" (not a hitch ", e.magic == state_magic ? "state blob" : "message", ")"));
@@ -262,7 +235,7 @@ struct expect {
     if (!is_floating(h.type))
         corrupt(e.who, hitch::detail::concat("element type code ", static_cast<int>(h.type), " is not a floating type"));
     if (h.flags != e.flags) corrupt(e.who, hitch::detail::concat("flags ", int{h.flags}, " are not ", int{e.flags}));
-    if (load_le<std::uint32_t>(bytes.data() + 24) != 0) corrupt(e.who, "reserved header field is not zero");
+    if (reserved != 0) corrupt(e.who, "reserved header field is not zero");
     if (h.payload_bytes != bytes.size() - header_bytes)
         corrupt(e.who, hitch::detail::concat("header announces ", h.payload_bytes, " payload bytes but ",
                                       bytes.size() - header_bytes, " follow the header (truncated or padded)"));
@@ -279,52 +252,11 @@ inline void expect_count(const message_view& m, std::size_t count, std::string_v
         corrupt(who, hitch::detail::concat("it holds ", m.head.count, " elements but the destination has ", count));
 }
 
-/// Bounds-checked sequential reads of a payload. Every read that would pass the end throws corrupt_message_error.
-class reader {
+/// Bounds-checked sequential reads of a payload; failures read "<who>: corrupt message: <what>".
+class reader : public byte_reader {
 public:
-    reader(std::span<const std::byte> bytes, std::string_view who) : bytes_(bytes), who_(who) {}
-
-    template <class T>
-    [[nodiscard]] T get(std::string_view what) {
-        need(sizeof(T), what);
-        const T v = load_le<T>(bytes_.data() + pos_);
-        pos_ += sizeof(T);
-        return v;
-    }
-    /// The next n bytes as a span (n is checked against what is left before anything is read).
-    [[nodiscard]] std::span<const std::byte> take(std::uint64_t n, std::string_view what) {
-        need(n, what);
-        const auto s = bytes_.subspan(pos_, static_cast<std::size_t>(n));
-        pos_ += static_cast<std::size_t>(n);
-        return s;
-    }
-    /// A count that must not exceed `limit` (so later size computations cannot overflow).
-    [[nodiscard]] std::uint64_t count(std::string_view what, std::uint64_t limit) {
-        const auto v = get<std::uint64_t>(what);
-        if (v > limit) fail(hitch::detail::concat(what, " ", v, " exceeds ", limit));
-        return v;
-    }
-    [[nodiscard]] std::size_t position() const noexcept { return pos_; }
-    [[nodiscard]] std::size_t remaining() const noexcept { return bytes_.size() - pos_; }
-    [[nodiscard]] std::span<const std::byte> rest() const noexcept { return bytes_.subspan(pos_); }
-    void skip(std::size_t n, std::string_view what) { (void)take(n, what); }
-    /// The payload must be consumed exactly.
-    void expect_end() const {
-        if (pos_ != bytes_.size())
-            fail(hitch::detail::concat(bytes_.size() - pos_, " unexpected bytes after the end of the payload"));
-    }
-    [[noreturn]] void fail(std::string_view what) const { corrupt(who_, what); }
-    [[nodiscard]] std::string_view who() const noexcept { return who_; }
-
-private:
-    void need(std::uint64_t n, std::string_view what) const {
-        if (n > bytes_.size() - pos_)
-            fail(hitch::detail::concat("truncated: ", what, " needs ", n, " bytes but ", bytes_.size() - pos_,
-                                " remain"));
-    }
-    std::span<const std::byte> bytes_;
-    std::size_t pos_ = 0;
-    std::string_view who_;
+    reader(std::span<const std::byte> bytes, std::string_view who) noexcept
+        : byte_reader(bytes, who, "corrupt message") {}
 };
 
 /// Decodes varints from [at, end): each value must end within the range and fit 64 bits (an overlong or
@@ -353,50 +285,70 @@ private:
 };
 
 // ---- state blobs ------------------------------------------------------------------------------------------------
-// Codec state (error-feedback residuals, DGC momentum, PowerSGD's Q) saves to a blob with the same header (magic
-// "HCST") and loads back with the same checks, so a checkpoint can store it next to the optimizer's state.
+// Codec state (error-feedback residuals, DGC momentum, PowerSGD's Q) saves to a blob in the common frame of
+// core/binary.hpp, so a checkpoint can store it next to the optimizer's state:
+//
+//   frame "HCST", version 2:  u64 element count | u8 codec id | u8 element type | u8 flags | u8 0 | the codec's
+//                              payload (from byte 36, so its floats are aligned)
+//
+// Version 1 blobs (the 32-byte message header with magic "HCST" and format version 1) are still read.
+
+inline constexpr std::string_view state_frame_magic = "HCST";
+inline constexpr std::uint32_t state_version = 2;
+/// Where a version 2 state blob's payload starts.
+inline constexpr std::size_t state_payload_offset = frame_header_bytes + 12;
 
 /// Appends floats to a state payload.
-inline void put_floats(std::vector<std::byte>& out, std::span<const float> values) {
-    const std::size_t at = out.size();
-    out.resize(at + values.size() * sizeof(float));
-    if constexpr (std::endian::native == std::endian::little) {
-        if (!values.empty()) std::memcpy(out.data() + at, values.data(), values.size() * sizeof(float));
-    } else {
-        for (std::size_t i = 0; i < values.size(); ++i) store_le(out.data() + at + 4 * i, values[i]);
-    }
-}
+inline void put_floats(std::vector<std::byte>& out, std::span<const float> values) { byte_writer(out).values(values); }
 
 template <class T>
 inline void put_scalar(std::vector<std::byte>& out, T value) {
-    const std::size_t at = out.size();
-    out.resize(at + sizeof(T));
-    store_le(out.data() + at, value);
+    byte_writer(out).put(value);
 }
 
 /// Reads `n` floats into `values` (resized).
 inline void get_floats(reader& r, std::vector<float>& values, std::uint64_t n, std::string_view what) {
-    const auto bytes = r.take(n * sizeof(float), what);  // n was bounded by the caller: no overflow
-    values.resize(static_cast<std::size_t>(n));
-    if constexpr (std::endian::native == std::endian::little) {
-        if (n != 0) std::memcpy(values.data(), bytes.data(), bytes.size());
-    } else {
-        for (std::size_t i = 0; i < values.size(); ++i) values[i] = load_le<float>(bytes.data() + 4 * i);
-    }
+    r.values(values, n, what);
 }
 
-/// Wraps a finished state payload (`body`) in a header and returns the blob.
+/// Wraps a finished state payload (`body`) in a frame and returns the blob in `out`.
 inline void seal_state(std::vector<std::byte>& out, std::uint8_t codec, std::uint64_t count,
                        std::span<const std::byte> body, std::uint8_t flags = 0) {
-    writer w(out, codec, dtype::f32, count, body.size(), state_magic, flags);
-    if (!body.empty()) std::memcpy(w.payload(), body.data(), body.size());
-    w.finish(body.size());
+    frame_writer f(out, state_frame_magic, state_version);
+    f.payload().put(count).put(codec).put(static_cast<std::uint8_t>(dtype::f32)).put(flags).put(std::uint8_t{0});
+    f.payload().bytes(body);
+    f.finish();
 }
 
-/// Opens a state blob of `codec` for a bucket of `count` elements.
+/// Opens a state blob of `codec` for a bucket of `count` elements (version 2, or version 1).
 [[nodiscard]] inline message_view open_state(std::span<const std::byte> blob, std::uint8_t codec, std::uint64_t count,
                                              std::string_view who, std::uint8_t flags = 0) {
-    const message_view m = open(blob, {who, codec, state_magic, flags});
+    message_view m;
+    if (blob.size() > 4 && load_le<std::uint32_t>(blob.data()) == state_magic && blob[4] == std::byte{1}) {
+        m = open(blob, {who, codec, state_magic, flags});
+    } else {
+        const frame_view f = open_frame(blob, {state_frame_magic, format_version, state_version, who,
+                                               "hitch codec state blob"});
+        reader r(f.payload, who);
+        m.head.magic = state_magic;
+        m.head.version = static_cast<std::uint8_t>(f.version);
+        m.head.count = r.get<std::uint64_t>("element count");
+        m.head.codec = r.get<std::uint8_t>("codec id");
+        m.head.type = static_cast<dtype>(r.get<std::uint8_t>("element type"));
+        m.head.flags = r.get<std::uint8_t>("flags");
+        if (r.get<std::uint8_t>("reserved") != 0) r.fail("reserved header field is not zero");
+        m.head.payload_bytes = r.remaining();
+        m.head.checksum = load_le<std::uint32_t>(blob.data() + frame_checksum_offset);
+        m.payload = r.rest();
+        if (m.head.codec != codec)
+            corrupt(who, hitch::detail::concat("codec id ", int{m.head.codec}, " is not ", int{codec},
+                                               " (a message of another codec)"));
+        if (!is_floating(m.head.type))
+            corrupt(who, hitch::detail::concat("element type code ", static_cast<int>(m.head.type),
+                                               " is not a floating type"));
+        if (m.head.flags != flags)
+            corrupt(who, hitch::detail::concat("flags ", int{m.head.flags}, " are not ", int{flags}));
+    }
     if (m.head.count != count)
         corrupt(who, hitch::detail::concat("the saved state is for a bucket of ", m.head.count, " elements, not ", count));
     return m;

@@ -1,19 +1,18 @@
 #pragma once
-// The versioned binary form of an optimizer's per-layer state, so a run resumes exactly:
+// The versioned binary form of an optimizer's per-layer state, so a run resumes exactly. Version 2 is the common
+// frame of core/binary.hpp (magic "HITCHOPT", version, length, CRC32C) around:
 //
-//   "HITCHOPT"                 8 bytes, magic
-//   u32 version                1
-//   u32 byte-order mark        0x01020304 as written by the saving host
 //   u32 n, n bytes             optimizer id (O::id(), e.g. "lars<momentum>")
 //   u64 layer count
 //   per layer:  u32 n, n bytes (name), u64 parameter count, u64 steps, u32 buffer count, u64 size of each buffer
 //   per layer, per buffer: size * 4 bytes of float
-//   u64 checksum               FNV-1a (64 bit) of every byte above
+//
+// all little-endian. Version 1 (magic, u32 version, u32 byte-order mark, the same fields in host order, then a
+// u64 FNV-1a of every byte before it) is still read.
 //
 // Loading reads and checks everything before it changes anything: a truncated or corrupt stream (magic, version,
-// byte order, checksum) is corrupt_message_error; a well-formed state of another optimizer or another model
-// (id, layer count, a layer's size, a buffer's size) is mismatch_error naming both sides. Integers are written in
-// the host's byte order; a state saved on a host of the other order is refused by the byte-order mark.
+// length, checksum) is corrupt_message_error saying which; a well-formed state of another optimizer or another
+// model (id, layer count, a layer's size, a buffer's size) is mismatch_error naming both sides.
 
 #include <algorithm>
 #include <cstddef>
@@ -27,13 +26,14 @@
 #include <vector>
 
 #include "hitch/concepts/device.hpp"
+#include "hitch/core/binary.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/optim/layer.hpp"
 
 namespace hitch::optim {
 
-inline constexpr char state_magic[8] = {'H', 'I', 'T', 'C', 'H', 'O', 'P', 'T'};
-inline constexpr std::uint32_t state_version = 1;
+inline constexpr std::string_view state_magic = "HITCHOPT";
+inline constexpr std::uint32_t state_version = 2;
 
 namespace detail {
 
@@ -60,36 +60,12 @@ private:
     std::uint64_t h_ = 0xcbf29ce484222325ull;
 };
 
-class state_writer {
+/// Reads version 1 from a stream whose first 12 bytes (magic and version) were already read as `start`.
+class legacy_state_reader {
 public:
-    explicit state_writer(std::ostream& out) : out_(out) {}
-    void bytes(const void* p, std::size_t n) {
-        sum_.update(p, n);
-        out_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
-        if (!out_) throw error("hitch::optim::save_state: writing the optimizer state failed");
+    legacy_state_reader(std::istream& in, std::span<const std::byte> start) : in_(in) {
+        sum_.update(start.data(), start.size());
     }
-    template <class T>
-    void value(T v) {
-        bytes(&v, sizeof v);
-    }
-    void text(std::string_view s) {
-        value(static_cast<std::uint32_t>(s.size()));
-        bytes(s.data(), s.size());
-    }
-    void finish() {
-        const std::uint64_t c = sum_.value();
-        out_.write(reinterpret_cast<const char*>(&c), sizeof c);
-        if (!out_) throw error("hitch::optim::save_state: writing the optimizer state failed");
-    }
-
-private:
-    std::ostream& out_;
-    fnv1a64 sum_;
-};
-
-class state_reader {
-public:
-    explicit state_reader(std::istream& in) : in_(in) {}
     void bytes(void* p, std::size_t n, std::string_view what) {
         in_.read(static_cast<char*>(p), static_cast<std::streamsize>(n));
         if (static_cast<std::size_t>(in_.gcount()) != n)
@@ -129,69 +105,65 @@ public:
         if (stored != expected)
             throw corrupt_message_error("hitch::optim::load_state: checksum mismatch: the state is corrupt");
     }
+    void finish() { verify_checksum(); }
 
 private:
     std::istream& in_;
     fnv1a64 sum_;
 };
 
-}  // namespace detail
-
-/// Writes the state of `layers` (one state per layer) to `out` in the form above. States live on `dev`.
-template <class State, device D>
-void save_state(std::ostream& out, std::string_view id, std::span<const layer> layers, std::span<State> states,
-                D& dev) {
-    if (layers.size() != states.size())
-        throw config_error(detail::concat("hitch::optim::save_state: ", layers.size(), " layers but ", states.size(),
-                                          " states"));
-    detail::state_writer w(out);
-    w.bytes(state_magic, sizeof state_magic);
-    w.value(state_version);
-    w.value(detail::byte_order_mark);
-    w.text(id);
-    w.value(static_cast<std::uint64_t>(layers.size()));
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-        w.text(layers[i].name);
-        w.value(static_cast<std::uint64_t>(layers[i].size()));
-        w.value(static_cast<std::uint64_t>(states[i].steps));
-        const auto buffers = states[i].buffers();
-        w.value(static_cast<std::uint32_t>(std::ranges::size(buffers)));
-        for (const tensor_view<float> b : buffers) w.value(static_cast<std::uint64_t>(b.size()));
+/// Reads the payload of a version 2 frame with the calls legacy_state_reader offers.
+class frame_state_reader {
+public:
+    explicit frame_state_reader(std::span<const std::byte> payload)
+        : r_(payload, "hitch::optim::load_state", "corrupt") {}
+    void bytes(void* p, std::size_t n, std::string_view what) {
+        const auto b = r_.take(n, what);
+        if (n != 0) std::memcpy(p, b.data(), n);
     }
-    std::vector<float> host;
-    for (auto& s : states)
-        for (const tensor_view<float> b : s.buffers()) {
-            host.resize(b.size());
-            dev.copy_to_host(host.data(), b.data(), b.size_bytes());
-            w.bytes(host.data(), b.size_bytes());
+    void skip(std::uint64_t n, std::string_view what) { r_.skip(n, what); }
+    template <class T>
+    T value(std::string_view what) {
+        return r_.get<T>(what);
+    }
+    std::string text(std::uint32_t limit, std::string_view what) { return r_.text(limit, what); }
+    void finish() const { r_.expect_end(); }
+
+private:
+    byte_reader r_;
+};
+
+inline constexpr frame_format state_format{state_magic, 1, state_version, "hitch::optim::load_state",
+                                           "hitch optimizer state"};
+
+/// Reads one frame from `in`: the header, then as many bytes as it announces, or what there is when the stream
+/// ends first (open_frame then says how much is missing). Memory grows with the bytes read, not with the
+/// length a damaged header claims.
+[[nodiscard]] inline std::vector<std::byte> read_frame(std::istream& in, std::vector<std::byte> bytes) {
+    const auto read_up_to = [&](std::size_t want) {
+        while (bytes.size() < want) {
+            const std::size_t at = bytes.size();
+            const std::size_t n = std::min<std::size_t>(want - at, std::size_t{1} << 24);
+            bytes.resize(at + n);
+            in.read(reinterpret_cast<char*>(bytes.data() + at), static_cast<std::streamsize>(n));
+            bytes.resize(at + static_cast<std::size_t>(in.gcount()));
+            if (static_cast<std::size_t>(in.gcount()) != n) return;
         }
-    w.finish();
+    };
+    read_up_to(frame_header_bytes);
+    if (bytes.size() == frame_header_bytes && frame_magic_matches(bytes, state_magic)) {
+        const std::uint64_t length = frame_length(bytes);
+        if (length <= (std::uint64_t{1} << 62)) read_up_to(static_cast<std::size_t>(length));
+    }
+    return bytes;
 }
 
-/// Reads a state written by save_state into `states` (which must have the saved layout), or throws without
-/// changing anything (see the file comment for which error says what).
-template <class State, device D>
-void load_state(std::istream& in, std::string_view id, std::span<const layer> layers, std::span<State> states,
-                D& dev) {
-    using detail::concat;
-    if (layers.size() != states.size())
-        throw config_error(concat("hitch::optim::load_state: ", layers.size(), " layers but ", states.size(),
-                                  " states"));
-    detail::state_reader r(in);
-    char magic[sizeof state_magic];
-    r.bytes(magic, sizeof magic, "the magic");
-    if (std::memcmp(magic, state_magic, sizeof magic) != 0)
-        throw corrupt_message_error("hitch::optim::load_state: not a hitch optimizer state (bad magic)");
-    const auto version = r.value<std::uint32_t>("the version");
-    if (version != state_version)
-        throw corrupt_message_error(concat("hitch::optim::load_state: state format version ", version,
-                                           " is not supported (this build reads version ", state_version, ")"));
-    const auto bom = r.value<std::uint32_t>("the byte-order mark");
-    if (bom != detail::byte_order_mark)
-        throw corrupt_message_error("hitch::optim::load_state: the state was written with another byte order "
-                                    "or is corrupt (bad byte-order mark)");
+/// The fields after the header, read with either reader; nothing changes until all of it has been read and
+/// checked.
+template <class Reader, class State, device D>
+void load_payload(Reader& r, std::string_view id, std::span<const layer> layers, std::span<State> states, D& dev) {
     const std::string saved_id = r.text(detail::max_id_bytes, "the optimizer id");
-    const auto count = r.value<std::uint64_t>("the layer count");
+    const auto count = r.template value<std::uint64_t>("the layer count");
 
     struct saved_layer {
         std::string name;
@@ -203,13 +175,13 @@ void load_state(std::istream& in, std::string_view id, std::span<const layer> la
     for (std::uint64_t i = 0; i < count; ++i) {
         saved_layer s;
         s.name = r.text(detail::max_name_bytes, "a layer name");
-        s.size = r.value<std::uint64_t>("a layer size");
-        s.steps = r.value<std::uint64_t>("a layer step count");
-        const auto nb = r.value<std::uint32_t>("a buffer count");
+        s.size = r.template value<std::uint64_t>("a layer size");
+        s.steps = r.template value<std::uint64_t>("a layer step count");
+        const auto nb = r.template value<std::uint32_t>("a buffer count");
         if (nb > detail::max_buffers)
             throw corrupt_message_error(concat("hitch::optim::load_state: layer ", i, " claims ", nb,
                                                " state buffers (corrupt)"));
-        for (std::uint32_t b = 0; b < nb; ++b) s.buffers.push_back(r.value<std::uint64_t>("a buffer size"));
+        for (std::uint32_t b = 0; b < nb; ++b) s.buffers.push_back(r.template value<std::uint64_t>("a buffer size"));
         saved.push_back(std::move(s));
     }
 
@@ -234,7 +206,7 @@ void load_state(std::istream& in, std::string_view id, std::span<const layer> la
                 r.skip(n * sizeof(float), "state data");
             }
         }
-    r.verify_checksum();
+    r.finish();
 
     if (saved_id != id)
         throw mismatch_error(concat("hitch::optim::load_state: the state was saved by optimizer '", saved_id,
@@ -269,6 +241,66 @@ void load_state(std::istream& in, std::string_view id, std::span<const layer> la
         }
         states[i].steps = saved[i].steps;
     }
+}
+
+}  // namespace detail
+
+/// Writes the state of `layers` (one state per layer) to `out` in the form above. States live on `dev`.
+template <class State, device D>
+void save_state(std::ostream& out, std::string_view id, std::span<const layer> layers, std::span<State> states,
+                D& dev) {
+    if (layers.size() != states.size())
+        throw config_error(detail::concat("hitch::optim::save_state: ", layers.size(), " layers but ", states.size(),
+                                          " states"));
+    std::vector<std::byte> frame;
+    frame_writer f(frame, state_magic, state_version);
+    byte_writer& w = f.payload();
+    w.text(id);
+    w.put(static_cast<std::uint64_t>(layers.size()));
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+        w.text(layers[i].name);
+        w.put(static_cast<std::uint64_t>(layers[i].size()));
+        w.put(static_cast<std::uint64_t>(states[i].steps));
+        const auto buffers = states[i].buffers();
+        w.put(static_cast<std::uint32_t>(std::ranges::size(buffers)));
+        for (const tensor_view<float> b : buffers) w.put(static_cast<std::uint64_t>(b.size()));
+    }
+    std::vector<float> host;
+    for (auto& s : states)
+        for (const tensor_view<float> b : s.buffers()) {
+            host.resize(b.size());
+            dev.copy_to_host(host.data(), b.data(), b.size_bytes());
+            w.values(std::span<const float>(host));
+        }
+    f.finish();
+    out.write(reinterpret_cast<const char*>(frame.data()), static_cast<std::streamsize>(frame.size()));
+    if (!out) throw error("hitch::optim::save_state: writing the optimizer state failed");
+}
+
+/// Reads a state written by save_state into `states` (which must have the saved layout), or throws without
+/// changing anything (see the file comment for which error says what).
+template <class State, device D>
+void load_state(std::istream& in, std::string_view id, std::span<const layer> layers, std::span<State> states,
+                D& dev) {
+    using detail::concat;
+    if (layers.size() != states.size())
+        throw config_error(concat("hitch::optim::load_state: ", layers.size(), " layers but ", states.size(),
+                                  " states"));
+    std::vector<std::byte> start(12);
+    in.read(reinterpret_cast<char*>(start.data()), static_cast<std::streamsize>(start.size()));
+    start.resize(static_cast<std::size_t>(in.gcount()));
+    if (start.size() == 12 && frame_magic_matches(start, state_magic) && load_le<std::uint32_t>(start.data() + 8) == 1) {
+        detail::legacy_state_reader r(in, start);
+        const auto bom = r.value<std::uint32_t>("the byte-order mark");
+        if (bom != detail::byte_order_mark)
+            throw corrupt_message_error("hitch::optim::load_state: the state was written with another byte order "
+                                        "or is corrupt (bad byte-order mark)");
+        detail::load_payload(r, id, layers, states, dev);
+        return;
+    }
+    const std::vector<std::byte> frame = detail::read_frame(in, std::move(start));
+    detail::frame_state_reader r(open_frame(frame, detail::state_format).payload);
+    detail::load_payload(r, id, layers, states, dev);
 }
 
 }  // namespace hitch::optim

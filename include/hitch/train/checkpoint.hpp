@@ -1,17 +1,19 @@
 #pragma once
-// Checkpoint files: named sections of bytes, each checksummed, written atomically.
+// Checkpoint files: named sections of bytes, written atomically. Version 2 is the common frame of core/binary.hpp
+// (magic "HITCHCKP", version, length, one CRC32C) around:
 //
-//   "HITCHCKP"                 8 bytes, magic
-//   u32 version                1
-//   u32 byte-order mark        0x01020304 as written by the saving host
 //   u32 section count
-//   per section: u32 name length, name, u64 payload length, u32 CRC32C of the payload, payload
-//   u32 CRC32C of every byte above
+//   per section: u32 name length, name, u64 payload length, payload
+//
+// all little-endian. Version 1 (magic, u32 version, u32 byte-order mark, u32 section count, per section u32 name
+// length, name, u64 payload length, u32 CRC32C of the payload, payload; then a u32 CRC32C of every byte before
+// it; no length) is still read.
 //
 // checkpoint_writer::commit writes "<path>.tmp-<pid>-<n>", flushes it to disk, then renames it over <path> and
 // syncs the directory, so a crash during a save leaves the previous checkpoint intact. checkpoint_reader reads the
 // whole file and checks everything (magic, version, byte order, lengths, every checksum) before any section is
-// handed out: a corrupt or truncated file is corrupt_message_error naming the file and what is wrong.
+// handed out: a corrupt or truncated file is corrupt_message_error naming the file and what is wrong ("truncated:
+// N of M bytes", "corrupt (checksum)", "written by a newer hitch").
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -32,29 +34,20 @@
 #include <utility>
 #include <vector>
 
-#include "hitch/compress/detail/crc32c.hpp"
+#include "hitch/core/binary.hpp"
+#include "hitch/core/crc32c.hpp"
 #include "hitch/core/error.hpp"
 
 namespace hitch::train {
 
-inline constexpr char checkpoint_magic[8] = {'H', 'I', 'T', 'C', 'H', 'C', 'K', 'P'};
-inline constexpr std::uint32_t checkpoint_version = 1;
+inline constexpr std::string_view checkpoint_magic = "HITCHCKP";
+inline constexpr std::uint32_t checkpoint_version = 2;
 
 namespace detail {
 
 using hitch::detail::concat;
 inline constexpr std::uint32_t checkpoint_byte_order = 0x01020304u;
 inline constexpr std::uint32_t max_section_name = 4096;
-
-[[nodiscard]] inline std::uint32_t crc(std::span<const std::byte> bytes) {
-    return compress::detail::crc32c().update(bytes).value();
-}
-
-template <class T>
-void put(std::vector<std::byte>& out, T value) {
-    const auto* p = reinterpret_cast<const std::byte*>(&value);
-    out.insert(out.end(), p, p + sizeof(T));
-}
 
 /// Writes all of `bytes` to `fd`, retrying short writes; throws comm_error-free hitch::error on failure.
 inline void write_all(int fd, std::span<const std::byte> bytes, const std::string& path) {
@@ -93,20 +86,14 @@ public:
 
     [[nodiscard]] std::vector<std::byte> serialize() const {
         std::vector<std::byte> out;
-        out.insert(out.end(), reinterpret_cast<const std::byte*>(checkpoint_magic),
-                   reinterpret_cast<const std::byte*>(checkpoint_magic) + sizeof(checkpoint_magic));
-        detail::put(out, checkpoint_version);
-        detail::put(out, detail::checkpoint_byte_order);
-        detail::put(out, static_cast<std::uint32_t>(sections_.size()));
-        for (const auto& [name, bytes] : sections_) {
-            detail::put(out, static_cast<std::uint32_t>(name.size()));
-            out.insert(out.end(), reinterpret_cast<const std::byte*>(name.data()),
-                       reinterpret_cast<const std::byte*>(name.data()) + name.size());
-            detail::put(out, static_cast<std::uint64_t>(bytes.size()));
-            detail::put(out, detail::crc(bytes));
-            out.insert(out.end(), bytes.begin(), bytes.end());
-        }
-        detail::put(out, detail::crc(out));
+        std::size_t total = frame_header_bytes + 4;
+        for (const auto& [name, bytes] : sections_) total += 12 + name.size() + bytes.size();
+        out.reserve(total);
+        frame_writer f(out, checkpoint_magic, checkpoint_version);
+        byte_writer& w = f.payload();
+        w.put(static_cast<std::uint32_t>(sections_.size()));
+        for (const auto& [name, bytes] : sections_) w.text(name).put(static_cast<std::uint64_t>(bytes.size())).bytes(bytes);
+        f.finish();
         return out;
     }
 
@@ -192,6 +179,29 @@ public:
     [[nodiscard]] const std::string& path() const noexcept { return path_; }
 
 private:
+    void parse() {
+        who_ = detail::concat("hitch::train::checkpoint: ", path_);
+        if (bytes_.size() >= 12 && frame_magic_matches(bytes_, checkpoint_magic) &&
+            load_le<std::uint32_t>(bytes_.data() + 8) == 1) {
+            parse_version1();
+            return;
+        }
+        const frame_view f = open_frame(bytes_, {checkpoint_magic, 1, checkpoint_version, who_, "hitch checkpoint"});
+        byte_reader r(f.payload, who_, "corrupt");
+        const auto count = r.get<std::uint32_t>("the section count");
+        for (std::uint32_t i = 0; i < count; ++i) {
+            std::string name = r.text(detail::max_section_name, "a section name");
+            if (name.empty()) r.fail(detail::concat("section ", i, " has an empty name"));
+            const auto length = r.get<std::uint64_t>("a section length");
+            const auto at = static_cast<std::size_t>(f.payload.data() - bytes_.data()) + r.position();
+            r.skip(length, detail::concat("section '", name, "'"));
+            if (!sections_.emplace(name, std::make_pair(at, static_cast<std::size_t>(length))).second)
+                r.fail(detail::concat("section '", name, "' appears twice"));
+        }
+        r.expect_end();
+    }
+
+    // ---- version 1 ----
     [[noreturn]] void corrupt(std::string_view what) const {
         throw corrupt_message_error(detail::concat("hitch::train::checkpoint: ", path_, " is corrupt: ", what));
     }
@@ -203,17 +213,13 @@ private:
         at += sizeof(T);
         return value;
     }
-    void parse() {
-        if (bytes_.size() < sizeof(checkpoint_magic) + 16) corrupt(detail::concat("only ", bytes_.size(), " bytes"));
-        if (std::memcmp(bytes_.data(), checkpoint_magic, sizeof(checkpoint_magic)) != 0)
-            corrupt("bad magic (not a hitch checkpoint)");
+    void parse_version1() {
+        if (bytes_.size() < checkpoint_magic.size() + 16) corrupt(detail::concat("only ", bytes_.size(), " bytes"));
         const std::size_t body = bytes_.size() - sizeof(std::uint32_t);
         std::uint32_t stored = 0;
         std::memcpy(&stored, bytes_.data() + body, sizeof(stored));
-        if (detail::crc(std::span<const std::byte>(bytes_.data(), body)) != stored) corrupt("file checksum mismatch");
-        std::size_t at = sizeof(checkpoint_magic);
-        if (const auto v = take<std::uint32_t>(at); v != checkpoint_version)
-            corrupt(detail::concat("version ", v, ", this build reads version ", checkpoint_version));
+        if (crc32c_of(std::span<const std::byte>(bytes_.data(), body)) != stored) corrupt("file checksum mismatch");
+        std::size_t at = checkpoint_magic.size() + sizeof(std::uint32_t);
         if (take<std::uint32_t>(at) != detail::checkpoint_byte_order) corrupt("written on a host of another byte order");
         const auto count = take<std::uint32_t>(at);
         for (std::uint32_t i = 0; i < count; ++i) {
@@ -226,7 +232,7 @@ private:
             const auto crc = take<std::uint32_t>(at);
             if (length > body - at) corrupt(detail::concat("section '", name, "' runs past the end of the file"));
             const std::span<const std::byte> payload(bytes_.data() + at, static_cast<std::size_t>(length));
-            if (detail::crc(payload) != crc) corrupt(detail::concat("section '", name, "' checksum mismatch"));
+            if (crc32c_of(payload) != crc) corrupt(detail::concat("section '", name, "' checksum mismatch"));
             if (!sections_.emplace(name, std::make_pair(at, static_cast<std::size_t>(length))).second)
                 corrupt(detail::concat("section '", name, "' appears twice"));
             at += static_cast<std::size_t>(length);
@@ -235,6 +241,7 @@ private:
     }
 
     std::string path_;
+    std::string who_;  // "hitch::train::checkpoint: <path>", the start of every error
     std::vector<std::byte> bytes_;
     std::map<std::string, std::pair<std::size_t, std::size_t>> sections_;
 };

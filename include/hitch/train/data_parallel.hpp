@@ -301,7 +301,7 @@ public:
 
     /// CRC32C of every parameter's bytes (the FP32 masters under mixed precision), in layer order.
     [[nodiscard]] std::uint64_t parameter_hash() const override {
-        compress::detail::crc32c crc;
+        crc32c crc;
         for (const optim::layer& l : layers32_) crc.update(std::as_bytes(std::span<const float>(l.params.data(), l.size())));
         if constexpr (mixed_precision)
             for (const auto& l : user_layers_)

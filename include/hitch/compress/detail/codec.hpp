@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "hitch/compress/detail/crc32c.hpp"
 #include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/tuning.hpp"
 #include "hitch/compress/wire.hpp"
+#include "hitch/core/crc32c.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/tensor.hpp"

@@ -20,7 +20,6 @@
 #include <immintrin.h>
 #define HITCH_TARGET_AVX2 __attribute__((target("avx2,f16c,bmi,bmi2,popcnt")))
 #define HITCH_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt")))
-#define HITCH_TARGET_SSE42 __attribute__((target("sse4.2")))
 /// Pieces of an intrinsics kernel, inlined into the kernel that calls them (which has the same target).
 #define HITCH_TARGET_AVX2_INLINE \
     __attribute__((target("avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline
@@ -30,7 +29,6 @@
 #define HITCH_COMPRESS_X86 0
 #define HITCH_TARGET_AVX2
 #define HITCH_TARGET_AVX512
-#define HITCH_TARGET_SSE42
 #endif
 
 // GCC 12 warns, wrongly, that AVX-512 intrinsics' pass-through operands may be uninitialised: kernels using them
@@ -90,13 +88,6 @@ enum class isa : std::uint8_t { baseline = 0, avx2 = 1, avx512 = 2 };
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     }();
     return has;
-}
-[[nodiscard]] inline bool cpu_has_sse42() noexcept {
-    static const bool has = [] {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("sse4.2");
-    }();
-    return has && wide_paths_enabled.load(std::memory_order_relaxed);
 }
 #endif
 

@@ -1,57 +1,54 @@
 #pragma once
-// A policy's saved position: "HSYN", the policy name, and a few u64 counters, checked on load.
+// A policy's saved position: the policy name and a few u64 counters, in the common frame of core/binary.hpp,
+// checked on load.
+//
+//   frame "HSYN", version 2:  u32 n, n bytes (policy name) | u32 counter count | the counters, u64 each
+//
+// Version 1 ("HSYN", u32 name length, name, u32 count, counters in host order, no length or checksum) is still read.
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "hitch/core/binary.hpp"
 #include "hitch/core/error.hpp"
 
 namespace hitch::sync::detail {
 
+inline constexpr std::string_view state_magic = "HSYN";
+inline constexpr std::uint32_t state_version = 2;
+inline constexpr std::uint32_t max_policy_name = 256;
+
 inline void save_counters(std::vector<std::byte>& blob, std::string_view policy, std::span<const std::uint64_t> values) {
-    blob.clear();
-    const auto put = [&](const void* p, std::size_t n) {
-        blob.insert(blob.end(), static_cast<const std::byte*>(p), static_cast<const std::byte*>(p) + n);
-    };
-    put("HSYN", 4);
-    const auto name_len = static_cast<std::uint32_t>(policy.size());
-    put(&name_len, 4);
-    put(policy.data(), policy.size());
-    const auto count = static_cast<std::uint32_t>(values.size());
-    put(&count, 4);
-    put(values.data(), values.size_bytes());
+    frame_writer f(blob, state_magic, state_version);
+    f.payload().text(policy).put(static_cast<std::uint32_t>(values.size())).values(values);
+    f.finish();
 }
 
 /// Reads what save_counters wrote for the same policy and number of values; throws otherwise.
 inline void load_counters(std::span<const std::byte> blob, std::string_view policy, std::span<std::uint64_t> values) {
-    const auto fail = [&](std::string_view what) {
-        throw corrupt_message_error(hitch::detail::concat("hitch::sync::", policy, ": saved state ", what));
-    };
-    std::size_t at = 0;
-    const auto take = [&](void* out, std::size_t n) {
-        if (blob.size() - at < n) fail("is truncated");
-        std::memcpy(out, blob.data() + at, n);
-        at += n;
-    };
-    char magic[4];
-    take(magic, 4);
-    if (std::memcmp(magic, "HSYN", 4) != 0) fail("has a bad magic");
-    std::uint32_t name_len = 0;
-    take(&name_len, 4);
-    if (name_len > 256 || blob.size() - at < name_len) fail("has a bad policy name");
-    const std::string_view saved(reinterpret_cast<const char*>(blob.data() + at), name_len);
-    at += name_len;
+    const std::string who = hitch::detail::concat("hitch::sync::", policy, ": saved state");
+    // Version 1 has the name length (never 0) where version 2 pads its magic with NULs.
+    const bool version1 = blob.size() >= 8 && frame_magic_matches(blob.first(4), state_magic) &&
+                          load_le<std::uint32_t>(blob.data() + 4) != 0;
+    std::span<const std::byte> payload;
+    if (version1) {
+        payload = blob.subspan(4);
+    } else {
+        payload = open_frame(blob, {state_magic, 1, state_version, who, "hitch sync policy state"}).payload;
+    }
+    byte_reader r(payload, who, "corrupt");
+    const std::string saved = r.text(max_policy_name, "the policy name");
     if (saved != policy)
         throw mismatch_error(hitch::detail::concat("hitch::sync::", policy, ": the saved state is of policy '", saved, "'"));
-    std::uint32_t count = 0;
-    take(&count, 4);
-    if (count != values.size()) fail("has the wrong number of counters");
-    take(values.data(), values.size_bytes());
-    if (at != blob.size()) fail("has trailing bytes");
+    const auto count = r.get<std::uint32_t>("the counter count");
+    if (count != values.size())
+        r.fail(hitch::detail::concat(count, " counters where policy '", policy, "' has ", values.size()));
+    for (std::uint64_t& v : values) v = r.get<std::uint64_t>("a counter");
+    r.expect_end();
 }
 
 }  // namespace hitch::sync::detail

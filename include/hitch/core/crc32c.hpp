@@ -1,6 +1,6 @@
 #pragma once
 // CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected 0x82F63B78; init and final xor 0xFFFFFFFF), the checksum of
-// hitch's wire messages. It detects every burst error up to 32 bits and every odd number of flipped bits, and
+// every byte format hitch writes (core/binary.hpp). It detects every burst error up to 32 bits and every odd number of flipped bits, and
 // x86-64 computes it in hardware (SSE4.2 crc32), so checking a message costs far less than reading it.
 //
 // The hardware path runs three independent streams over consecutive thirds of each block and joins them with
@@ -9,6 +9,7 @@
 // (the tests check the standard check value and the software path).
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,9 +18,18 @@
 
 #include "hitch/core/parallel.hpp"
 
-#include "hitch/compress/detail/simd.hpp"
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define HITCH_CRC32C_X86 1
+#include <nmmintrin.h>
+#else
+#define HITCH_CRC32C_X86 0
+#endif
 
-namespace hitch::compress::detail {
+namespace hitch {
+namespace detail {
+
+/// Tests switch the SSE4.2 path off to compare it with the portable one; nothing else should touch it.
+inline std::atomic<bool> crc32c_hardware_enabled{true};
 
 inline constexpr std::uint32_t crc32c_polynomial = 0x82F63B78u;
 
@@ -87,8 +97,16 @@ struct crc32c_shift_tables {
     return tables;
 }
 
-#if HITCH_COMPRESS_X86
-HITCH_TARGET_SSE42 inline std::uint32_t crc32c_update_sse42(std::uint32_t s, const std::byte* p, std::size_t n) {
+#if HITCH_CRC32C_X86
+[[nodiscard]] inline bool cpu_has_sse42() noexcept {
+    static const bool has = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("sse4.2");
+    }();
+    return has && crc32c_hardware_enabled.load(std::memory_order_relaxed);
+}
+
+__attribute__((target("sse4.2"))) inline std::uint32_t crc32c_update_sse42(std::uint32_t s, const std::byte* p, std::size_t n) {
     constexpr std::size_t L = crc32c_stream_bytes;
     if (n >= 3 * L) {
         const crc32c_shift_tables& shift = crc32c_shift();
@@ -121,13 +139,17 @@ HITCH_TARGET_SSE42 inline std::uint32_t crc32c_update_sse42(std::uint32_t s, con
 }
 #endif
 
-/// The raw CRC32C state update, hardware-accelerated where the processor has it.
+}  // namespace detail
+
+/// The raw CRC32C state update (no initial or final xor), hardware-accelerated where the processor has it.
 [[nodiscard]] inline std::uint32_t crc32c_update(std::uint32_t s, std::span<const std::byte> bytes) {
-#if HITCH_COMPRESS_X86
-    if (cpu_has_sse42()) return crc32c_update_sse42(s, bytes.data(), bytes.size());
+#if HITCH_CRC32C_X86
+    if (detail::cpu_has_sse42()) return detail::crc32c_update_sse42(s, bytes.data(), bytes.size());
 #endif
-    return crc32c_update_portable(s, bytes.data(), bytes.size());
+    return detail::crc32c_update_portable(s, bytes.data(), bytes.size());
 }
+
+namespace detail {
 
 /// a * b mod P for polynomials in the CRC's reflected representation (bit 31 is x^0, bit 0 is x^31).
 [[nodiscard]] constexpr std::uint32_t crc32c_multiply(std::uint32_t a, std::uint32_t b) noexcept {
@@ -149,12 +171,14 @@ struct crc32c_powers {
 };
 inline constexpr crc32c_powers crc32c_power_table{};
 
+}  // namespace detail
+
 /// The raw state after `bytes` zero bytes follow `state`: state * x^(8 bytes) mod P (the CRC is linear, so
 /// raw(s, A || B) = shift(raw(s, A), |B|) ^ raw(0, B): chunks checksummed apart combine into the whole).
 [[nodiscard]] constexpr std::uint32_t crc32c_shift_bytes(std::uint32_t state, std::uint64_t bytes) noexcept {
     const std::uint64_t bits = bytes * 8;
     for (std::size_t k = 0; k < 64; ++k)
-        if ((bits >> k) & 1u) state = crc32c_multiply(crc32c_power_table.x2k[k], state);
+        if ((bits >> k) & 1u) state = detail::crc32c_multiply(detail::crc32c_power_table.x2k[k], state);
     return state;
 }
 
@@ -196,4 +220,4 @@ private:
 /// CRC32C of one buffer.
 [[nodiscard]] inline std::uint32_t crc32c_of(std::span<const std::byte> bytes) { return crc32c().update(bytes).value(); }
 
-}  // namespace hitch::compress::detail
+}  // namespace hitch
