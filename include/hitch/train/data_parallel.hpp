@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -38,20 +39,15 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "hitch/allreduce/automatic.hpp"
-#include "hitch/allreduce/collectives.hpp"
-#include "hitch/allreduce/group.hpp"
 #include "hitch/amp/loss_scaler.hpp"
 #include "hitch/amp/mixed_precision.hpp"
 #include "hitch/amp/nonfinite.hpp"
 #include "hitch/comm/agree.hpp"
-#include "hitch/compress/aggregate.hpp"
 #include "hitch/compress/none.hpp"
-#include "hitch/compress/powersgd.hpp"
 #include "hitch/concepts/allreduce_schedule.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/concepts/compressor.hpp"
@@ -64,9 +60,9 @@
 #include "hitch/optim/model_optimizer.hpp"
 #include "hitch/sync/hard.hpp"
 #include "hitch/train/bucket_pipeline.hpp"
-#include "hitch/train/buckets.hpp"
 #include "hitch/train/checkpoint.hpp"
 #include "hitch/train/engine_checkpoint.hpp"
+#include "hitch/train/gradient_exchange.hpp"
 #include "hitch/train/layer_agreement.hpp"
 #include "hitch/train/master_weights.hpp"
 #include "hitch/train/metrics.hpp"
@@ -97,10 +93,6 @@ public:
     [[nodiscard]] virtual std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const = 0;
 };
 
-/// compress::none skips the codec machinery: its buckets are all-reduced as they are.
-template <compressor X>
-inline constexpr bool plain_float_v = std::is_same_v<X, compress::none>;
-
 template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
 class engine final : public engine_base {
 public:
@@ -112,27 +104,18 @@ public:
           control_(comm.split(0, comm.rank())),
           group_(comm),
           weights_(dev, agreed_layers(control_, std::move(layers))),
-          plan_(plan_buckets(weights_.layers(), options_.bucket_bytes)),
-          codec_(options_.compressor),
+          buckets_(group_, options_.compressor, weights_.layers(), options_.bucket_bytes, options_.check_collectives,
+                   options_.timeline),
           policy_(options_.sync),
           timeline_(options_.timeline),
           pipeline_([this](std::size_t b) { run_bucket(b); }) {
         static_assert(D::space == memory_space::host,
                       "hitch::data_parallel runs on host devices (hitch::cpu); CUDA devices take the NCCL path");
         static_assert(allreduce::detail::check_schedule<S, C>());
-        bucket_of_layer_.assign(layers32().size(), 0);
-        for (std::size_t b = 0; b < plan_.size(); ++b)
-            for (std::size_t k : plan_[b].layers) bucket_of_layer_[k] = b;
-        buckets_.resize(plan_.size());
-        for (std::size_t b = 0; b < plan_.size(); ++b) {
-            buckets_[b].data.assign(plan_[b].elements, 0.0f);
-            buckets_[b].codec_state.emplace(make_codec_state(b));
-        }
         ready_.assign(layers32().size(), 0);
-        ready_in_bucket_.assign(plan_.size(), 0);
+        ready_in_bucket_.assign(buckets_.size(), 0);
         optimizer_.emplace(options_.optimizer, layers32(), dev, options_.execution);
         if (options_.loss_scaling) scaler_.emplace(control_, options_.scaler);
-        call_.check = options_.check_collectives;
         if (options_.overlap && P::exchanges_gradients) pipeline_.start();
         last_step_end_ = std::chrono::steady_clock::now();
     }
@@ -155,14 +138,14 @@ public:
         compute_ms_ = ms(last_step_end_, start);
         if (step_ == 0 || !first_step_) first_step_ = last_step_end_;
         lr_ = options_.learning_rate(step_, options_.steps_per_epoch);
-        // bytes_sent_ and comm_ns_ count from the end of the previous step: buckets launched by gradient_ready
+        // Bytes sent and comm_ns_ count from the end of the previous step: buckets launched by gradient_ready
         // during this step's backward pass belong to it.
         sync::step_result result;
         try {
             result = policy_.step(*this);
         } catch (...) {
             reset_step();
-            bytes_sent_ = 0;
+            (void)buckets_.take_bytes_sent();
             comm_ns_.store(0);
             throw;
         }
@@ -182,7 +165,7 @@ public:
         m.lr = lr_;
         m.loss_scale = scaler_ ? static_cast<double>(scaler_->scale()) : 1.0;
         m.skipped = !result.applied;
-        m.bytes_sent = bytes_sent_.exchange(0);
+        m.bytes_sent = buckets_.take_bytes_sent();
         m.comm_ms = static_cast<double>(comm_ns_.exchange(0)) * 1e-6;
         m.compute_ms = compute_ms_;
         m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *first_step_).count();
@@ -198,7 +181,7 @@ public:
     [[nodiscard]] std::uint64_t staleness() const override { return staleness_; }
     [[nodiscard]] int rank() const override { return control_.rank(); }
     [[nodiscard]] int size() const override { return control_.size(); }
-    [[nodiscard]] std::size_t bucket_count() const override { return plan_.size(); }
+    [[nodiscard]] std::size_t bucket_count() const override { return buckets_.size(); }
     [[nodiscard]] std::uint64_t parameter_hash() const override { return weights_.hash(); }
 
     [[nodiscard]] std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const override {
@@ -212,7 +195,7 @@ public:
         write_meta(w, identity(), step_);
         write_parameters(w, layers32());
         w.add_stream("hitch.optimizer", [&](std::ostream& os) { optimizer_->save(os); });
-        write_codec_states(w, codec_, buckets_.size(),
+        write_codec_states(w, buckets_.codec(), buckets_.size(),
                            [&](std::size_t b) -> const compress::aggregation_state<X>& { return *buckets_[b].codec_state; });
         if (scaler_) write_scaler(w, scaler_->state());
         write_sync(w, policy_);
@@ -232,7 +215,8 @@ public:
         // Everything is validated before anything changes; the optimizer's load, which commits, comes last.
         const std::uint64_t saved_step = read_meta(r, identity());
         const auto params = read_parameters(r, layers32());
-        auto codec_states = read_codec_states(r, codec_, buckets_.size(), [&](std::size_t b) { return make_codec_state(b); });
+        auto codec_states = read_codec_states(r, buckets_.codec(), buckets_.size(),
+                                              [&](std::size_t b) { return buckets_.make_codec_state(b); });
         std::optional<amp::loss_scaler_state> scaler_state;
         if (scaler_) scaler_state = read_scaler(r, options_.scaler);
         P policy = read_sync(r, policy_);
@@ -264,7 +248,7 @@ public:
 
     bool check_local_gradients() {
         if (used_gradient_ready_) require_every_layer_ready();
-        for (std::size_t b = 0; b < plan_.size(); ++b) prepare_bucket(b, /*pack=*/false);
+        for (std::size_t b = 0; b < buckets_.size(); ++b) prepare_bucket(b, /*pack=*/false);
         return agree_on_step();
     }
 
@@ -277,32 +261,16 @@ public:
     void average_parameters(bool with_state) {
         auto span = trace("average parameters", "comm");
         const auto start = std::chrono::steady_clock::now();
-        for (std::size_t b = 0; b < plan_.size(); ++b) {
-            bucket& bk = buckets_[b];
-            for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-                const optim::layer& l = layers32()[plan_[b].layers[i]];
-                std::memcpy(bk.data.data() + plan_[b].offsets[i], l.params.data(), l.size() * sizeof(float));
-            }
-            average_in_place(tensor_view<float>(bk.data.data(), bk.data.size()));
-            for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-                const optim::layer& l = layers32()[plan_[b].layers[i]];
-                std::memcpy(l.params.data(), bk.data.data() + plan_[b].offsets[i], l.size() * sizeof(float));
-            }
-        }
+        buckets_.average_parameters(options_.schedule);
         if (with_state)
             for (std::size_t k = 0; k < layers32().size(); ++k)
-                for (tensor_view<float> buffer : optimizer_->state(k).buffers()) average_in_place(buffer);
+                for (tensor_view<float> buffer : optimizer_->state(k).buffers()) buckets_.average(buffer, options_.schedule);
         weights_.write_back();
         comm_ns_ += ns(start, std::chrono::steady_clock::now());
     }
 
 private:
-    struct bucket {
-        std::vector<float> data;
-        std::optional<compress::aggregation_state<X>> codec_state;
-        bool local_bad = false;
-        amp::detail::nonfinite_report report{};
-    };
+    using bucket = typename gradient_exchange<X, S, C>::bucket;
 
     static std::vector<user_layer> agreed_layers(C& control, std::vector<user_layer> layers) {
         check_layers_locally(std::span<const user_layer>(layers));
@@ -316,13 +284,12 @@ private:
         return std::chrono::duration<double, std::milli>(b - a).count();
     }
     [[nodiscard]] timeline::scoped_span trace(std::string name, std::string category) {
-        if (timeline_ == nullptr) return timeline::scoped_span(nullptr, {}, {});
-        return timeline_->span(std::move(name), std::move(category));
+        return train::trace(timeline_, std::move(name), std::move(category));
     }
     [[nodiscard]] const std::vector<optim::layer>& layers32() const noexcept { return weights_.layers(); }
 
     [[nodiscard]] checkpoint_identity identity() const {
-        return {size(),   rank(),       O::id(),     X::name, P::name, dtype_of<Param>(), plan_.size(),
+        return {size(),   rank(),       O::id(),     X::name, P::name, dtype_of<Param>(), buckets_.size(),
                 options_.bucket_bytes, scaler_.has_value(), layers32()};
     }
 
@@ -333,9 +300,9 @@ private:
         if (ready_[layer] != 0) return;
         ready_[layer] = 1;
         if (!P::exchanges_gradients) return;
-        ++ready_in_bucket_[bucket_of_layer_[layer]];
+        ++ready_in_bucket_[buckets_.bucket_of(layer)];
         std::size_t end = pipeline_.launched();
-        while (end < plan_.size() && ready_in_bucket_[end] == plan_[end].layers.size()) ++end;
+        while (end < buckets_.size() && ready_in_bucket_[end] == buckets_.plan(end).layers.size()) ++end;
         pipeline_.launch_until(end);
     }
 
@@ -354,10 +321,11 @@ private:
     void prepare_bucket(std::size_t b, bool pack) {
         auto span = trace(concat("prepare bucket ", b), "pack");
         bucket& bk = buckets_[b];
+        const bucket_plan& plan = buckets_.plan(b);
         bk.local_bad = false;
         bk.report = {};
-        for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-            const std::size_t k = plan_[b].layers[i];
+        for (std::size_t i = 0; i < plan.layers.size(); ++i) {
+            const std::size_t k = plan.layers[i];
             const optim::layer& l = layers32()[k];
             bool overflow = false;
             if constexpr (master_weights<Param, D>::mixed_precision) {
@@ -377,72 +345,20 @@ private:
                     bk.report = {static_cast<std::int64_t>(k), static_cast<std::int64_t>(bad), l.grads[bad]};
             }
             bk.local_bad |= overflow || bk.report.layer >= 0;
-            if (pack) std::memcpy(bk.data.data() + plan_[b].offsets[i], l.grads.data(), l.size() * sizeof(float));
+            if (pack) std::memcpy(bk.data.data() + plan.offsets[i], l.grads.data(), l.size() * sizeof(float));
         }
         if (pack && bk.local_bad) std::fill(bk.data.begin(), bk.data.end(), 0.0f);
     }
 
     void run_bucket(std::size_t b) {
         prepare_bucket(b, /*pack=*/true);
-        bucket& bk = buckets_[b];
         const auto start = std::chrono::steady_clock::now();
         {
             auto span = trace(concat("exchange bucket ", b), "comm");
-            exchange(bk, tensor_view<float>(bk.data.data(), bk.data.size()));
+            buckets_.exchange(b, options_.schedule);
         }
         comm_ns_ += ns(start, std::chrono::steady_clock::now());
-        for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-            const optim::layer& l = layers32()[plan_[b].layers[i]];
-            std::memcpy(l.grads.data(), bk.data.data() + plan_[b].offsets[i], l.size() * sizeof(float));
-        }
-    }
-
-    /// Replaces `data` by the average over ranks of everyone's (encoded, exchanged, decoded) `data`. The path
-    /// follows from the codec's traits (compress::aggregate): an all-reduce of additive codecs, PowerSGD's two
-    /// all-reduces, the compression-aware ring, or an all-gather of the messages.
-    void exchange(bucket& bk, tensor_view<float> data) {
-        if constexpr (plain_float_v<X>) {
-            average_in_place(data);
-        } else {
-            auto span = trace("compress + exchange", "compress");
-            compress::aggregate_options ao;
-            ao.average = true;
-            ao.call = call_;
-            const compress::aggregation_stats stats =
-                compress::aggregate(group_, codec_, *bk.codec_state, data, options_.schedule, ao);
-            bytes_sent_ += stats.sent_bytes;
-        }
-    }
-
-    /// The aggregation state of bucket b; a low-rank codec learns each layer's matrix shape.
-    [[nodiscard]] compress::aggregation_state<X> make_codec_state(std::size_t b) const {
-        const std::size_t n = plan_[b].elements;
-        if constexpr (requires(const X& x, std::span<const compress::matrix_shape> s) { x.make_state(n, s); }) {
-            std::vector<compress::matrix_shape> shapes;
-            for (std::size_t k : plan_[b].layers) {
-                const optim::layer& l = layers32()[k];
-                if (l.size() == 0) continue;
-                const std::size_t rows = l.rows == 0 ? l.size() : l.rows;
-                if (l.size() % rows != 0)
-                    throw config_error(concat("hitch::data_parallel: layer '", l.name, "' has ", l.size(),
-                                              " elements, not a multiple of its rows = ", l.rows));
-                shapes.push_back({rows, l.size() / rows});
-            }
-            return compress::make_aggregation_state(codec_, codec_.make_state(n, shapes), n);
-        } else {
-            return compress::make_aggregation_state(codec_, n);
-        }
-    }
-
-    void average_in_place(tensor_view<float> data) {
-        if (data.empty()) return;
-        allreduce::allreduce(group_, data, allreduce::reduce_op::average, options_.schedule, call_);
-        bytes_sent_ += allreduce_bytes(data.size_bytes());
-    }
-
-    [[nodiscard]] std::uint64_t allreduce_bytes(std::size_t n_bytes) const {
-        allreduce::cost_constants k = group_.constants().value_or(allreduce::cost_constants{});
-        return static_cast<std::uint64_t>(options_.schedule.cost(group_.size(), n_bytes, k).sent_bytes);
+        buckets_.unpack_gradients(b);
     }
 
     /// Every rank learns whether any rank's gradients were not finite; returns whether to apply the step.
@@ -450,9 +366,9 @@ private:
         auto span = trace("agree", "comm");
         bool local_bad = false;
         amp::detail::nonfinite_report report{};
-        for (const bucket& bk : buckets_) {
-            local_bad |= bk.local_bad;
-            if (report.layer < 0 && bk.report.layer >= 0) report = bk.report;
+        for (std::size_t b = 0; b < buckets_.size(); ++b) {
+            local_bad |= buckets_[b].local_bad;
+            if (report.layer < 0 && buckets_[b].report.layer >= 0) report = buckets_[b].report;
         }
         if (scaler_) return scaler_->update(local_bad);
         const auto reports = amp::detail::gather_reports(control_, report);
@@ -487,15 +403,11 @@ private:
     options_type options_;
     C control_;                  // agreement traffic (layer checks, overflow flags, replica hashes)
     allreduce::group<C> group_;  // gradient and parameter collectives
-    allreduce::call_options call_{};
     master_weights<Param, D> weights_;
-    std::vector<bucket_plan> plan_;
-    std::vector<std::size_t> bucket_of_layer_;
-    std::vector<bucket> buckets_;
+    gradient_exchange<X, S, C> buckets_;
     std::vector<unsigned char> ready_;
-    std::vector<std::size_t> ready_in_bucket_;
+    std::vector<std::size_t> ready_in_bucket_;  // per bucket: how many of its layers are ready
     bool used_gradient_ready_ = false;
-    X codec_;
     P policy_;
     std::optional<optim::model_optimizer<O, D>> optimizer_;
     std::optional<amp::loss_scaler<C>> scaler_;
@@ -506,7 +418,6 @@ private:
     std::uint64_t staleness_ = 0;
     double lr_ = 0.0;
     double compute_ms_ = 0.0;
-    std::atomic<std::uint64_t> bytes_sent_{0};
     std::atomic<std::uint64_t> comm_ns_{0};
     std::chrono::steady_clock::time_point last_step_end_;
     std::optional<std::chrono::steady_clock::time_point> first_step_;

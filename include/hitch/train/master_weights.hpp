@@ -4,6 +4,7 @@
 // (Micikevicius et al. 2018, "Mixed Precision Training").
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <type_traits>
 #include <utility>
