@@ -83,7 +83,8 @@ std::uint64_t train(local& comm, Schedule schedule, int from, int to, const std:
     dp_t<Schedule> dp(comm, dev, {{"w", hitch::view(w), hitch::view(g)}}, o);
     if (!load.empty()) (void)dp.load(load);
     for (int s = from; s < to; ++s) {
-        for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((comm.rank() + s + static_cast<int>(i)) % 5);
+        for (std::size_t i = 0; i < g.size(); ++i)
+            g[i] = static_cast<float>((comm.rank() + s + static_cast<int>(i)) % 5);
         dp.step();
     }
     if (!save.empty()) dp.save(save);
@@ -98,7 +99,8 @@ TEST_CASE("a stateful schedule's state is saved in the checkpoint and restored b
     const int n = 3;
     const auto straight = run_local(2, [&](local& comm) { return train(comm, counting_ring{}, 0, 2 * n, {}, {}); });
     (void)run_local(2, [&](local& comm) { return train(comm, counting_ring{}, 0, n, {}, dir / "ckpt"); });
-    const auto resumed = run_local(2, [&](local& comm) { return train(comm, counting_ring{}, n, 2 * n, dir / "ckpt", {}); });
+    const auto resumed =
+        run_local(2, [&](local& comm) { return train(comm, counting_ring{}, n, 2 * n, dir / "ckpt", {}); });
     CHECK(straight == std::vector<std::uint64_t>{2 * n, 2 * n});
     CHECK(resumed == straight);
     std::filesystem::remove_all(dir);

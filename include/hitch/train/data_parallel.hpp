@@ -73,6 +73,8 @@ namespace hitch {
 
 namespace train::detail {
 
+using hitch::detail::concat;
+
 /// The interface data_parallel forwards to; one engine per (communicator, device, parameter type).
 class engine_base {
 public:
@@ -175,7 +177,9 @@ public:
         return m;
     }
 
-    [[nodiscard]] double learning_rate() const override { return options_.learning_rate(step_, options_.steps_per_epoch); }
+    [[nodiscard]] double learning_rate() const override {
+        return options_.learning_rate(step_, options_.steps_per_epoch);
+    }
     [[nodiscard]] float loss_scale() const override { return scaler_ ? scaler_->scale() : 1.0f; }
     [[nodiscard]] std::uint64_t step_index() const override { return step_; }
     [[nodiscard]] std::uint64_t staleness() const override { return staleness_; }
@@ -195,8 +199,9 @@ public:
         write_meta(w, identity(), step_);
         write_parameters(w, layers32());
         w.add_stream("hitch.optimizer", [&](std::ostream& os) { optimizer_->save(os); });
-        write_codec_states(w, buckets_.codec(), buckets_.size(),
-                           [&](std::size_t b) -> const compress::aggregation_state<X>& { return *buckets_[b].codec_state; });
+        write_codec_states(w, buckets_.codec(), buckets_.size(), [&](std::size_t b) -> const auto& {
+            return *buckets_[b].codec_state;
+        });
         if (scaler_) write_scaler(w, scaler_->state());
         write_sync(w, policy_);
         write_schedule(w, options_.schedule);
@@ -264,7 +269,8 @@ public:
         buckets_.average_parameters(options_.schedule);
         if (with_state)
             for (std::size_t k = 0; k < layers32().size(); ++k)
-                for (tensor_view<float> buffer : optimizer_->state(k).buffers()) buckets_.average(buffer, options_.schedule);
+                for (tensor_view<float> buffer : optimizer_->state(k).buffers())
+                    buckets_.average(buffer, options_.schedule);
         weights_.write_back();
         comm_ns_ += ns(start, std::chrono::steady_clock::now());
     }
@@ -339,8 +345,8 @@ private:
                 overflow = scaler_->unscale(l.grads);
             }
             if (!scaler_ && bk.report.layer < 0) {
-                const std::size_t bad =
-                    amp::detail::first_nonfinite(tensor_view<const float>(l.grads.data(), l.size()), options_.execution);
+                const std::size_t bad = amp::detail::first_nonfinite(
+                    tensor_view<const float>(l.grads.data(), l.size()), options_.execution);
                 if (bad != amp::detail::npos)
                     bk.report = {static_cast<std::int64_t>(k), static_cast<std::int64_t>(bad), l.grads[bad]};
             }

@@ -36,6 +36,8 @@
 
 namespace hitch::train::detail {
 
+using hitch::detail::concat;
+
 /// The configuration a checkpoint must match to be loaded.
 struct checkpoint_identity {
     int ranks = 1;

@@ -45,9 +45,13 @@ public:
     };
 
     /// `group` and `layers` must outlive the exchange.
-    gradient_exchange(allreduce::group<C>& group, const X& codec, std::span<const optim::layer> layers, std::size_t bucket_bytes,
-                      bool check_collectives, timeline* trace_to)
-        : group_(group), codec_(codec), layers_(layers), plan_(plan_buckets(layers, bucket_bytes)), timeline_(trace_to) {
+    gradient_exchange(allreduce::group<C>& group, const X& codec, std::span<const optim::layer> layers,
+                      std::size_t bucket_bytes, bool check_collectives, timeline* trace_to)
+        : group_(group),
+          codec_(codec),
+          layers_(layers),
+          plan_(plan_buckets(layers, bucket_bytes)),
+          timeline_(trace_to) {
         call_.check = check_collectives;
         bucket_of_layer_.assign(layers_.size(), 0);
         for (std::size_t b = 0; b < plan_.size(); ++b)
@@ -130,7 +134,8 @@ public:
                 const std::size_t rows = l.rows == 0 ? l.size() : l.rows;
                 if (l.size() % rows != 0)
                     throw config_error(hitch::detail::concat("hitch::data_parallel: layer '", l.name, "' has ",
-                                                             l.size(), " elements, not a multiple of its rows = ", l.rows));
+                                                             l.size(), " elements, not a multiple of its rows = ",
+                                                             l.rows));
                 shapes.push_back({rows, l.size() / rows});
             }
             return compress::make_aggregation_state(codec_, codec_.make_state(n, shapes), n);

@@ -33,7 +33,8 @@ public:
                 grads32_.emplace_back(dev, l.params.size());
                 float* w = masters_.back().data();
                 for (std::size_t i = 0; i < l.params.size(); ++i) w[i] = static_cast<float>(l.params[i]);
-                layers_.push_back(optim::layer{l.name, masters_.back().view(), grads32_.back().view(), l.flags, l.rows});
+                layers_.push_back(
+                    optim::layer{l.name, masters_.back().view(), grads32_.back().view(), l.flags, l.rows});
             }
         } else {
             layers_ = user_layers_;
@@ -59,7 +60,8 @@ public:
     /// CRC32C of every parameter's bytes in layer order: the FP32 ones, then the model's own under mixed precision.
     [[nodiscard]] std::uint64_t hash() const {
         compress::detail::crc32c crc;
-        for (const optim::layer& l : layers_) crc.update(std::as_bytes(std::span<const float>(l.params.data(), l.size())));
+        for (const optim::layer& l : layers_)
+            crc.update(std::as_bytes(std::span<const float>(l.params.data(), l.size())));
         if constexpr (mixed_precision)
             for (const user_layer& l : user_layers_)
                 crc.update(std::as_bytes(std::span<const Param>(l.params.data(), l.params.size())));

@@ -55,7 +55,9 @@ struct data_parallel_options {
 
     void validate() const {
         option_validator check("hitch::data_parallel");
-        check.require(static_cast<bool>(learning_rate), "learning_rate", "empty", "a schedule (e.g. hitch::lr::constant)")
+        check
+            .require(static_cast<bool>(learning_rate), "learning_rate", "empty",
+                     "a schedule (e.g. hitch::lr::constant)")
             .at_least("steps_per_epoch", steps_per_epoch, std::uint64_t{1})
             .closed("bucket_bytes", bucket_bytes, std::size_t{4}, std::size_t{1} << 40);
         if (loss_scaling) scaler.validate();
