@@ -124,4 +124,10 @@ private:
     std::unordered_map<std::thread::id, int> threads_;
 };
 
+/// A span on `t`; without a timeline, one that records nothing.
+[[nodiscard]] inline timeline::scoped_span trace(timeline* t, std::string name, std::string category) {
+    if (t == nullptr) return timeline::scoped_span(nullptr, {}, {});
+    return t->span(std::move(name), std::move(category));
+}
+
 }  // namespace hitch::train

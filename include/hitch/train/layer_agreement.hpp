@@ -1,0 +1,93 @@
+#pragma once
+// The checks data_parallel's constructor makes on the model's layers: locally (gradients as large as parameters,
+// host memory), then across ranks (the same count, names, sizes and element types everywhere), naming the ranks and
+// layers that differ.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hitch/comm/agree.hpp"
+#include "hitch/concepts/communicator.hpp"
+#include "hitch/core/dtype.hpp"
+#include "hitch/core/error.hpp"
+#include "hitch/core/hash.hpp"
+
+namespace hitch::train::detail {
+
+/// What every rank must agree on about one layer.
+struct layer_descriptor {
+    std::uint64_t name_hash = 0;
+    std::uint64_t size = 0;
+    std::uint8_t type = 0;
+    char name[47] = {};  // for the message only: two layers differ by their hash, size and type
+
+    friend bool operator==(const layer_descriptor& a, const layer_descriptor& b) noexcept {
+        return a.name_hash == b.name_hash && a.size == b.size && a.type == b.type;
+    }
+};
+
+[[nodiscard]] inline layer_descriptor describe_layer(std::string_view name, std::size_t size, dtype type) {
+    layer_descriptor d;
+    d.name_hash = fnv1a(name);
+    d.size = size;
+    d.type = static_cast<std::uint8_t>(type);
+    std::memcpy(d.name, name.data(), std::min(name.size(), sizeof(d.name) - 1));
+    return d;
+}
+
+/// This rank's layers are usable: there is at least one, each has as many gradients as parameters, in host memory.
+template <class Layer>
+void check_layers_locally(std::span<const Layer> layers) {
+    if (layers.empty()) throw config_error("hitch::data_parallel: the model has no layers");
+    for (std::size_t k = 0; k < layers.size(); ++k) {
+        const Layer& l = layers[k];
+        if (l.params.size() != l.grads.size())
+            throw config_error(hitch::detail::concat("hitch::data_parallel: layer ", k, " ('", l.name, "') has ",
+                                                     l.params.size(), " parameters but ", l.grads.size(),
+                                                     " gradient elements"));
+        if (!l.params.on_host() || !l.grads.on_host())
+            throw config_error(
+                hitch::detail::concat("hitch::data_parallel: layer ", k, " ('", l.name, "') is not in host memory"));
+    }
+}
+
+/// Every rank must have the same layers: count, then each layer's name, size and element type. One fingerprint
+/// is exchanged when they agree; only when they differ is every layer compared, to name the differences.
+/// Collective over `control`.
+template <communicator C, class Layer>
+void agree_on_layers(C& control, std::span<const Layer> layers, dtype type) {
+    comm::agree(control, static_cast<std::uint64_t>(layers.size()), "hitch::data_parallel: number of layers");
+    std::uint64_t fingerprint = fnv1a_basis;
+    std::vector<layer_descriptor> mine;
+    for (const Layer& l : layers) {
+        mine.push_back(describe_layer(l.name, l.params.size(), type));
+        const auto* bytes = reinterpret_cast<const std::byte*>(&mine.back());
+        fingerprint = fnv1a(std::span<const std::byte>(bytes, offsetof(layer_descriptor, type) + 1), fingerprint);
+    }
+    const auto fingerprints = comm::allgather_value(control, fingerprint);
+    if (std::all_of(fingerprints.begin(), fingerprints.end(), [&](std::uint64_t f) { return f == fingerprints[0]; }))
+        return;
+    std::ostringstream s;
+    s << "hitch::data_parallel: ranks have different layers:";
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+        const auto all = comm::allgather_value(control, mine[k]);
+        if (std::all_of(all.begin(), all.end(), [&](const layer_descriptor& d) { return d == all[0]; })) continue;
+        s << " layer " << k << ":";
+        for (std::size_t r = 0; r < all.size(); ++r)
+            s << (r == 0 ? " " : ", ") << "rank " << r << " has '" << all[r].name << "' (" << all[r].size << " x "
+              << name(static_cast<dtype>(all[r].type)) << ")";
+        s << ';';
+    }
+    std::string text = s.str();
+    if (text.back() == ';') text.pop_back();
+    throw mismatch_error(text);
+}
+
+}  // namespace hitch::train::detail

@@ -1,0 +1,68 @@
+#pragma once
+// hitch::data_parallel_options: the run-time options of data_parallel (optimizer, codec, sync policy and schedule
+// options, learning rate, buckets, loss scaling, checks, sinks) and their validation.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <ostream>
+
+#include "hitch/amp/loss_scaler.hpp"
+#include "hitch/amp/nonfinite.hpp"
+#include "hitch/concepts/compressor.hpp"
+#include "hitch/concepts/optimizer.hpp"
+#include "hitch/concepts/sync_policy.hpp"
+#include "hitch/core/options.hpp"
+#include "hitch/core/parallel.hpp"
+#include "hitch/optim/lr/constant.hpp"
+#include "hitch/train/timeline.hpp"
+
+namespace hitch {
+
+/// Run-time options of data_parallel; every field is checked at construction (config_error).
+template <optimizer O, compressor X, sync_policy P, class S>
+struct data_parallel_options {
+    /// The optimizer's hyper-parameters (momentum, betas, weight decay, LARS's trust coefficient ...).
+    typename O::options_type optimizer{};
+    /// The gradient codec, with its options (compress::topk({.density = 0.001}) ...).
+    X compressor{};
+    /// The sync policy's options (local_sgd's period ...).
+    typename P::options_type sync{};
+    /// The all-reduce schedule, with its options.
+    S schedule{};
+    /// Learning rate as a function of (step, steps per epoch); any hitch::lr schedule converts.
+    std::function<double(std::uint64_t, std::uint64_t)> learning_rate = lr::constant(lr::constant::options_type{0.01});
+    /// Steps per epoch, for the learning-rate schedule and the metrics' epoch.
+    std::uint64_t steps_per_epoch = 1;
+    /// Bytes of gradients per bucket (DDP's and Horovod's default 25 MiB).
+    std::size_t bucket_bytes = std::size_t{25} << 20;
+    /// Exchange each bucket as soon as gradient_ready completes it (on a worker thread), overlapping backward.
+    bool overlap = true;
+    /// Scale the loss (use scale() as the factor) and skip overflowing steps; FP16 models need it.
+    bool loss_scaling = false;
+    amp::loss_scaler_options scaler{};
+    /// Without loss scaling: what a non-finite gradient does (throw naming the layer and step, or skip).
+    amp::nonfinite_policy nonfinite = amp::nonfinite_policy::throw_error;
+    /// Every this many steps compare a hash of the parameters across ranks (0: never); drift is mismatch_error.
+    std::uint64_t replica_check_interval = 0;
+    /// Check every collective's arguments across ranks (allreduce::call_options::check).
+    bool check_collectives = true;
+    /// Threads for the optimizer and the gradient passes.
+    parallel_options execution{};
+    /// Optional sinks: a timeline of every span, and one JSON line of metrics per step.
+    train::timeline* timeline = nullptr;
+    std::ostream* metrics = nullptr;
+
+    void validate() const {
+        option_validator check("hitch::data_parallel");
+        check
+            .require(static_cast<bool>(learning_rate), "learning_rate", "empty",
+                     "a schedule (e.g. hitch::lr::constant)")
+            .at_least("steps_per_epoch", steps_per_epoch, std::uint64_t{1})
+            .closed("bucket_bytes", bucket_bytes, std::size_t{4}, std::size_t{1} << 40);
+        if (loss_scaling) scaler.validate();
+        execution.validate();
+    }
+};
+
+}  // namespace hitch
