@@ -94,22 +94,38 @@ public:
         outgoing() = default;
         /// True once the buffer may be reused (message sent, staged, or the peer consumed it in place).
         bool test() {
-            return std::visit([](auto& o) { if constexpr (detail::is_empty_op<decltype(o)>) return true; else return static_cast<bool>(o.test()); },
-                              op_);
+            return std::visit(
+                [](auto& o) {
+                    if constexpr (detail::is_empty_op<decltype(o)>)
+                        return true;
+                    else
+                        return static_cast<bool>(o.test());
+                },
+                op_);
         }
         void wait(const deadline& limit) {
-            std::visit([&](auto& o) { if constexpr (!detail::is_empty_op<decltype(o)>) o.wait(limit); }, op_);
+            std::visit(
+                [&](auto& o) {
+                    if constexpr (!detail::is_empty_op<decltype(o)>) o.wait(limit);
+                },
+                op_);
         }
         [[nodiscard]] bool active() const noexcept {
-            return std::visit([](const auto& o) { if constexpr (detail::is_empty_op<decltype(o)>) return false; else return o.active(); },
-                              op_);
+            return std::visit(
+                [](const auto& o) {
+                    if constexpr (detail::is_empty_op<decltype(o)>)
+                        return false;
+                    else
+                        return o.active();
+                },
+                op_);
         }
 
     private:
         friend class transport;
         template <class Op>
-            requires(!std::is_same_v<std::remove_cvref_t<Op>, outgoing>)
-        explicit outgoing(Op&& op) : op_(std::in_place_type<std::remove_cvref_t<Op>>, std::forward<Op>(op)) {}
+        requires(!std::is_same_v<std::remove_cvref_t<Op>, outgoing>) explicit outgoing(Op&& op)
+            : op_(std::in_place_type<std::remove_cvref_t<Op>>, std::forward<Op>(op)) {}
         typename operations::outgoing op_;
     };
 
@@ -121,24 +137,52 @@ public:
         incoming() = default;
         /// True once the data can be read (and, for receive_into, once it has been copied).
         bool test() {
-            return std::visit([](auto& i) { if constexpr (detail::is_empty_op<decltype(i)>) return true; else return static_cast<bool>(i.test()); },
-                              op_);
+            return std::visit(
+                [](auto& i) {
+                    if constexpr (detail::is_empty_op<decltype(i)>)
+                        return true;
+                    else
+                        return static_cast<bool>(i.test());
+                },
+                op_);
         }
         void wait(const deadline& limit) {
-            std::visit([&](auto& i) { if constexpr (!detail::is_empty_op<decltype(i)>) i.wait(limit); }, op_);
+            std::visit(
+                [&](auto& i) {
+                    if constexpr (!detail::is_empty_op<decltype(i)>) i.wait(limit);
+                },
+                op_);
         }
         [[nodiscard]] const T* data() const noexcept {
-            return std::visit([](const auto& i) -> const T* { if constexpr (detail::is_empty_op<decltype(i)>) return nullptr; else return i.data(); },
-                              op_);
+            return std::visit(
+                [](const auto& i) -> const T* {
+                    if constexpr (detail::is_empty_op<decltype(i)>)
+                        return nullptr;
+                    else
+                        return i.data();
+                },
+                op_);
         }
         [[nodiscard]] std::size_t size() const noexcept {
-            return std::visit([](const auto& i) -> std::size_t { if constexpr (detail::is_empty_op<decltype(i)>) return 0; else return i.size(); },
-                              op_);
+            return std::visit(
+                [](const auto& i) -> std::size_t {
+                    if constexpr (detail::is_empty_op<decltype(i)>)
+                        return 0;
+                    else
+                        return i.size();
+                },
+                op_);
         }
         /// True when the sender used send_writable() on the direct path: write_back() may store into its buffer.
         [[nodiscard]] bool writable() const noexcept {
-            return std::visit([](const auto& i) { if constexpr (detail::is_empty_op<decltype(i)>) return false; else return i.writable(); },
-                              op_);
+            return std::visit(
+                [](const auto& i) {
+                    if constexpr (detail::is_empty_op<decltype(i)>)
+                        return false;
+                    else
+                        return i.writable();
+                },
+                op_);
         }
         /// Stores `result` (size() elements) into the sender's buffer, where its data came from. Direct path,
         /// writable sends only; call before release().
@@ -146,23 +190,29 @@ public:
             std::visit(
                 [&](auto& i) {
                     if constexpr (detail::is_empty_op<decltype(i)>)
-                        throw config_error("hitch::allreduce::transport::incoming::write_back: the sender's buffer is "
-                                           "not writable here (a direct send_writable() that has arrived and is not "
-                                           "released)");
-                    else i.write_back(result);
+                        throw config_error(
+                            "hitch::allreduce::transport::incoming::write_back: the sender's buffer is "
+                            "not writable here (a direct send_writable() that has arrived and is not "
+                            "released)");
+                    else
+                        i.write_back(result);
                 },
                 op_);
         }
         /// Done reading: a direct sender may now reuse its buffer.
         void release() noexcept {
-            std::visit([](auto& i) { if constexpr (!detail::is_empty_op<decltype(i)>) i.release(); }, op_);
+            std::visit(
+                [](auto& i) {
+                    if constexpr (!detail::is_empty_op<decltype(i)>) i.release();
+                },
+                op_);
         }
 
     private:
         friend class transport;
         template <class Op>
-            requires(!std::is_same_v<std::remove_cvref_t<Op>, incoming>)
-        explicit incoming(Op&& op) : op_(std::in_place_type<std::remove_cvref_t<Op>>, std::forward<Op>(op)) {}
+        requires(!std::is_same_v<std::remove_cvref_t<Op>, incoming>) explicit incoming(Op&& op)
+            : op_(std::in_place_type<std::remove_cvref_t<Op>>, std::forward<Op>(op)) {}
         typename operations::template incoming<T> op_;
     };
 
@@ -223,7 +273,8 @@ public:
     template <element_type T>
     [[nodiscard]] outgoing send_writable(int peer, int channel, std::span<T> data) {
         const int tag = tag_of(channel);
-        return std::visit([&](auto& p) { return outgoing(p.send(peer, channel, tag, std::span<const T>(data), true)); }, path_);
+        return std::visit([&](auto& p) { return outgoing(p.send(peer, channel, tag, std::span<const T>(data), true)); },
+                          path_);
     }
 
     /// Receives `count` elements from `peer` on `channel`. On the message and staged paths they land in `slot` (at
@@ -243,7 +294,8 @@ public:
     [[nodiscard]] incoming<T> receive_combine(int peer, int channel, std::span<T> dst, const combine_spec& spec,
                                               std::span<T> slot) {
         const int tag = tag_of(channel);
-        return std::visit([&](auto& p) { return incoming<T>(p.receive_combine(peer, channel, tag, dst, spec, slot)); }, path_);
+        return std::visit([&](auto& p) { return incoming<T>(p.receive_combine(peer, channel, tag, dst, spec, slot)); },
+                          path_);
     }
     /// False on the direct path, where receive() reads the sender's memory and needs no scratch slot.
     [[nodiscard]] bool needs_slots() const noexcept {
@@ -303,8 +355,10 @@ public:
 private:
     template <class P>
     [[nodiscard]] bool on() const noexcept {
-        if constexpr (operations::template offers<P>) return std::holds_alternative<P>(path_);
-        else return false;
+        if constexpr (operations::template offers<P>)
+            return std::holds_alternative<P>(path_);
+        else
+            return false;
     }
 
     static paths choose_path(C& comm, [[maybe_unused]] std::uint64_t sequence, bool shared_memory,
@@ -318,7 +372,8 @@ private:
             if (shared_memory) return paths(std::in_place_type<direct_path<C>>, comm, comm.rank(), spin(true));
         } else if constexpr (maps_node_memory<C>) {
             if (shared_memory && state.pipes != nullptr)
-                return paths(std::in_place_type<staged_path>, *state.pipes, sequence, comm.rank(), comm.size(), spin(true));
+                return paths(std::in_place_type<staged_path>, *state.pipes, sequence, comm.rank(), comm.size(),
+                             spin(true));
         }
         return paths(std::in_place_type<message_path<C>>, comm, spin(shares_address_space<C>));
     }
@@ -330,7 +385,8 @@ private:
         if (to < 0) return sends;
         sends.reserve(segments(out.size(), segment));
         for (std::size_t off = 0; off < out.size(); off += segment)
-            sends.push_back(path.send(to, channel, tag_of(channel), out.subspan(off, std::min(segment, out.size() - off)), false));
+            sends.push_back(
+                path.send(to, channel, tag_of(channel), out.subspan(off, std::min(segment, out.size() - off)), false));
         return sends;
     }
 
@@ -341,7 +397,8 @@ private:
         if (from >= 0) {
             recvs.reserve(segments(in.size(), segment));
             for (std::size_t off = 0; off < in.size(); off += segment)
-                recvs.push_back(path.receive_into(from, channel, tag_of(channel), in.subspan(off, std::min(segment, in.size() - off))));
+                recvs.push_back(path.receive_into(from, channel, tag_of(channel),
+                                                  in.subspan(off, std::min(segment, in.size() - off))));
         }
         std::vector<typename P::outgoing> sends = post_sends_on(path, to, out, segment, channel);
         for (auto& r : recvs) r.wait(limit_);
@@ -349,18 +406,21 @@ private:
     }
 
     template <class P, floating_element T>
-    void exchange_reduce_on(P& path, int to, std::span<const T> out, int from, std::span<T> in, const combine_spec& spec,
-                            std::size_t segment, int depth, int channel) {
+    void exchange_reduce_on(P& path, int to, std::span<const T> out, int from, std::span<T> in,
+                            const combine_spec& spec, std::size_t segment, int depth, int channel) {
         segment = std::max<std::size_t>(segment, 1);
         depth = std::max(depth, 1);
         const std::size_t count = from >= 0 ? segments(in.size(), segment) : 0;
         const bool alias = to >= 0 && detail::overlaps(out.data(), out.size_bytes(), in.data(), in.size_bytes());
         std::vector<typename P::outgoing> sends = post_sends_on(path, to, out, segment, channel);
-        const auto piece = [&](std::size_t j) { return in.subspan(j * segment, std::min(segment, in.size() - j * segment)); };
+        const auto piece = [&](std::size_t j) {
+            return in.subspan(j * segment, std::min(segment, in.size() - j * segment));
+        };
         // Message path: `depth` scratch slots in rotation. Direct path: the peer's memory is read in place; one
         // slot is needed only when aliased. Staged path: pieces are combined straight from the pipe unless aliased.
         const bool in_place = !P::combine_needs_slot && (P::reads_in_place || !alias);
-        const std::size_t slots = in_place ? (alias ? 1 : 0) : std::min<std::size_t>(static_cast<std::size_t>(depth), count);
+        const std::size_t slots =
+            in_place ? (alias ? 1 : 0) : std::min<std::size_t>(static_cast<std::size_t>(depth), count);
         const std::size_t width = std::min(segment, in.size());
         std::span<T> space;
         if (count > 0 && slots > 0) space = scratch<T>(slots * width);
@@ -370,7 +430,8 @@ private:
         const auto post = [&](std::size_t j) {
             const int tag = tag_of(channel);
             if (!alias)
-                recvs[j % recvs.size()] = path.receive_combine(from, channel, tag, piece(j), spec, slots > 0 ? slot(j) : std::span<T>());
+                recvs[j % recvs.size()] =
+                    path.receive_combine(from, channel, tag, piece(j), spec, slots > 0 ? slot(j) : std::span<T>());
             else if constexpr (P::reads_in_place)
                 recvs[j % recvs.size()] = path.receive(from, channel, tag, piece(j).size(), std::span<T>());
             else

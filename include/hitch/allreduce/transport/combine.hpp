@@ -11,8 +11,10 @@ namespace hitch::allreduce::detail {
 /// dst = op(theirs, mine) or op(mine, theirs) per `spec` (dst may alias either).
 template <floating_element T>
 void combine_into(T* dst, const T* theirs, const T* mine, std::size_t n, const combine_spec& spec) noexcept {
-    if (spec.incoming_left) combine(dst, theirs, mine, n, spec.op, spec.divisor);
-    else combine(dst, mine, theirs, n, spec.op, spec.divisor);
+    if (spec.incoming_left)
+        combine(dst, theirs, mine, n, spec.op, spec.divisor);
+    else
+        combine(dst, mine, theirs, n, spec.op, spec.divisor);
 }
 
 /// The staged path's combination of one piece into its place in the receiver's buffer (a detail::piece_combiner).

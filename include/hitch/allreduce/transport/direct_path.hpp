@@ -62,7 +62,11 @@ public:
         outgoing(const outgoing&) = delete;
         outgoing& operator=(const outgoing&) = delete;
         outgoing(outgoing&& o) noexcept
-            : request_(std::move(o.request_)), lease_(std::move(o.lease_)), peer_(o.peer_), channel_(o.channel_), spin_(o.spin_) {}
+            : request_(std::move(o.request_)),
+              lease_(std::move(o.lease_)),
+              peer_(o.peer_),
+              channel_(o.channel_),
+              spin_(o.spin_) {}
         outgoing& operator=(outgoing&& o) noexcept {
             if (this != &o) {
                 abandon();
@@ -85,12 +89,14 @@ public:
             if (detail::spin_for(spin_, [&] { return test(); })) return;
             if (request_) request_->wait(limit);
             if (!lease_) return;
-            if (poll_until(limit, [&] { return lease_->state.load(std::memory_order_acquire) == detail::direct_lease::consumed; }))
+            if (poll_until(limit, [&] {
+                    return lease_->state.load(std::memory_order_acquire) == detail::direct_lease::consumed;
+                }))
                 return;
-            throw timeout_error("hitch::allreduce direct send",
-                                hitch::detail::concat("to rank ", peer_, " on channel ", channel_,
-                                                      ": the peer did not read the data"),
-                                limit.waited());
+            throw timeout_error(
+                "hitch::allreduce direct send",
+                hitch::detail::concat("to rank ", peer_, " on channel ", channel_, ": the peer did not read the data"),
+                limit.waited());
         }
         [[nodiscard]] bool active() const noexcept { return request_.has_value() || lease_ != nullptr; }
 
@@ -162,8 +168,9 @@ public:
         /// Stores `result` (size() elements) into the sender's buffer, where its data came from; before release().
         void write_back(const T* result) {
             if (!writable_ || state_ != ready)
-                throw config_error("hitch::allreduce::transport::incoming::write_back: the sender's buffer is not "
-                                   "writable here (a direct send_writable() that has arrived and is not released)");
+                throw config_error(
+                    "hitch::allreduce::transport::incoming::write_back: the sender's buffer is not "
+                    "writable here (a direct send_writable() that has arrived and is not released)");
             if (count_ != 0 && result != data_) std::memcpy(const_cast<T*>(data_), result, count_ * sizeof(T));
         }
         /// Done reading: the sender may now reuse its buffer.
@@ -302,8 +309,8 @@ private:
         op.spin_ = spin_;
         op.into_ = into;
         op.descriptor_ = std::make_unique<detail::direct_descriptor>();
-        op.request_.emplace(
-            comm_.irecv(std::as_writable_bytes(std::span<detail::direct_descriptor>(op.descriptor_.get(), 1)), peer, tag));
+        op.request_.emplace(comm_.irecv(
+            std::as_writable_bytes(std::span<detail::direct_descriptor>(op.descriptor_.get(), 1)), peer, tag));
         return op;
     }
 

@@ -67,8 +67,9 @@ public:
         [[nodiscard]] std::size_t size() const noexcept { return count_; }
         [[nodiscard]] static constexpr bool writable() noexcept { return false; }
         void write_back(const T*) {
-            throw config_error("hitch::allreduce::transport::incoming::write_back: the sender's buffer is not "
-                               "writable here (a direct send_writable() that has arrived and is not released)");
+            throw config_error(
+                "hitch::allreduce::transport::incoming::write_back: the sender's buffer is not "
+                "writable here (a direct send_writable() that has arrived and is not released)");
         }
         void release() noexcept { state_ = released; }
 
@@ -118,8 +119,8 @@ public:
         return post(peer, tag, dst);
     }
     template <floating_element T>
-    [[nodiscard]] incoming<T> receive_combine(int peer, int channel, int tag, std::span<T> dst, const combine_spec& spec,
-                                              std::span<T> slot) {
+    [[nodiscard]] incoming<T> receive_combine(int peer, int channel, int tag, std::span<T> dst,
+                                              const combine_spec& spec, std::span<T> slot) {
         incoming<T> op = receive<T>(peer, channel, tag, dst.size(), slot);
         op.combine_dst_ = dst.data();
         op.spec_ = spec;

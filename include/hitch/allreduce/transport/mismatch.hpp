@@ -16,7 +16,8 @@ namespace hitch::allreduce::detail {
     const std::size_t mine = size_of(want), theirs = size_of(have);
     return hitch::detail::concat("hitch::allreduce: message mismatch on rank ", rank, ": recv from rank ", peer,
                                  " expected ", mine != 0 ? want_bytes / mine : want_bytes, " x ", name(want),
-                                 " but the message has ", theirs != 0 ? have_bytes / theirs : have_bytes, " x ", name(have));
+                                 " but the message has ", theirs != 0 ? have_bytes / theirs : have_bytes, " x ",
+                                 name(have));
 }
 
 }  // namespace hitch::allreduce::detail

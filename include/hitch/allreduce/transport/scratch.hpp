@@ -24,7 +24,8 @@ public:
         lease() = default;
         lease(const lease&) = delete;
         lease& operator=(const lease&) = delete;
-        lease(lease&& o) noexcept : arena_(std::exchange(o.arena_, nullptr)), index_(o.index_), data_(o.data_), bytes_(o.bytes_) {}
+        lease(lease&& o) noexcept
+            : arena_(std::exchange(o.arena_, nullptr)), index_(o.index_), data_(o.data_), bytes_(o.bytes_) {}
         lease& operator=(lease&& o) noexcept {
             if (this != &o) {
                 give_back();
@@ -41,7 +42,8 @@ public:
 
     private:
         friend class scratch_arena;
-        lease(scratch_arena* a, std::size_t i, std::byte* d, std::size_t b) : arena_(a), index_(i), data_(d), bytes_(b) {}
+        lease(scratch_arena* a, std::size_t i, std::byte* d, std::size_t b)
+            : arena_(a), index_(i), data_(d), bytes_(b) {}
         void give_back() noexcept {
             if (arena_ != nullptr) arena_->release(index_);
             arena_ = nullptr;

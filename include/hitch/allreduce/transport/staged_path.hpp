@@ -40,7 +40,11 @@ public:
         outgoing(const outgoing&) = delete;
         outgoing& operator=(const outgoing&) = delete;
         outgoing(outgoing&& o) noexcept
-            : pipe_(std::exchange(o.pipe_, nullptr)), engine_(o.engine_), peer_(o.peer_), channel_(o.channel_), spin_(o.spin_) {}
+            : pipe_(std::exchange(o.pipe_, nullptr)),
+              engine_(o.engine_),
+              peer_(o.peer_),
+              channel_(o.channel_),
+              spin_(o.spin_) {}
         outgoing& operator=(outgoing&& o) noexcept {
             if (this != &o) {
                 abandon();
@@ -63,8 +67,9 @@ public:
             if (detail::spin_for(spin_, [&] { return test(); })) return;
             if (poll_until(limit, [&] { return test(); })) return;
             throw timeout_error("hitch::allreduce staged send",
-                                hitch::detail::concat("to rank ", peer_, " on channel ", channel_, ": ", pipe_->staged, " of ",
-                                                      pipe_->pieces, " pieces staged, the peer's pipe stayed full (it did not receive)"),
+                                hitch::detail::concat(
+                                    "to rank ", peer_, " on channel ", channel_, ": ", pipe_->staged, " of ",
+                                    pipe_->pieces, " pieces staged, the peer's pipe stayed full (it did not receive)"),
                                 limit.waited());
         }
         [[nodiscard]] bool active() const noexcept { return pipe_ != nullptr; }
@@ -127,8 +132,9 @@ public:
         [[nodiscard]] std::size_t size() const noexcept { return count_; }
         [[nodiscard]] static constexpr bool writable() noexcept { return false; }
         void write_back(const T*) {
-            throw config_error("hitch::allreduce::transport::incoming::write_back: the sender's buffer is not "
-                               "writable here (a direct send_writable() that has arrived and is not released)");
+            throw config_error(
+                "hitch::allreduce::transport::incoming::write_back: the sender's buffer is not "
+                "writable here (a direct send_writable() that has arrived and is not released)");
         }
         /// Done reading: a slot lent in place goes back to the sender.
         void release() noexcept {
@@ -227,15 +233,16 @@ private:
         op.channel_ = channel;
         op.data_ = buffer;
         if (into) op.into_ = buffer;
-        op.pipe_ = engine_.post_recv(peer, channel, reinterpret_cast<std::byte*>(buffer), count * sizeof(T), dtype_of<T>(),
-                                     !into && combiner == nullptr, combiner, spec);
+        op.pipe_ = engine_.post_recv(peer, channel, reinterpret_cast<std::byte*>(buffer), count * sizeof(T),
+                                     dtype_of<T>(), !into && combiner == nullptr, combiner, spec);
         return op;
     }
 
     void check_peer(int peer) const {
         if (peer < 0 || peer >= size_ || peer == rank_)
-            throw config_error(hitch::detail::concat("hitch::allreduce::transport: peer ", peer, " is not another rank of [0, ",
-                                                     size_, ") (this is rank ", rank_, ")"));
+            throw config_error(hitch::detail::concat("hitch::allreduce::transport: peer ", peer,
+                                                     " is not another rank of [0, ", size_, ") (this is rank ", rank_,
+                                                     ")"));
     }
 
     detail::pipes& engine_;

@@ -26,7 +26,8 @@ template <communicator C>
                                           ", too few for hitch's collectives (need at least ",
                                           2 * (collective_tag_base(comm) + first_call_tag_offset + channels_per_call),
                                           ")"));
-    return static_cast<int>(base + static_cast<long long>(sequence % static_cast<std::uint64_t>(window)) * channels_per_call);
+    return static_cast<int>(base +
+                            static_cast<long long>(sequence % static_cast<std::uint64_t>(window)) * channels_per_call);
 }
 
 }  // namespace hitch::allreduce
