@@ -4,7 +4,10 @@
 // against the reference.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <memory>
 #include <span>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -124,4 +127,52 @@ TEST_CASE("a schedule written outside hitch runs through allreduce<S>()", "[allr
             for (const auto& r : results)
                 CHECK(hitch_test::first_difference(std::span<const hitch::half>(r), std::span<const hitch::half>(want)) == -1);
         }
+}
+
+TEST_CASE("a call's transport holds the one path its communicator and options allow", "[allreduce][transport]") {
+    hitch::comm::run_local(2, [](local& comm) {
+        group<local> g(comm);
+        call_options o;
+        o.check = false;
+        const auto describe = [] {
+            call_descriptor d;
+            d.operation = static_cast<std::uint8_t>(operation::allreduce);
+            d.set_schedule("path-test");
+            return d;
+        };
+        bool direct = false, staged = true, slots = true;
+        g.run(o, describe, [&](transport<local>& t, const call_descriptor&) {
+            direct = t.direct();
+            staged = t.staged();
+            slots = t.needs_slots();
+        });
+        if (!direct || staged || slots) throw std::logic_error("comm::local with shared memory: not the direct path");
+        o.shared_memory = false;
+        g.run(o, describe, [&](transport<local>& t, const call_descriptor&) {
+            direct = t.direct();
+            staged = t.staged();
+            slots = t.needs_slots();
+        });
+        if (direct || staged || !slots) throw std::logic_error("comm::local without shared memory: not messages");
+    });
+}
+
+TEST_CASE("slot_store: a key's type is part of it, and make() runs once", "[allreduce][transport]") {
+    slot_store slots;
+    int made = 0;
+    const auto make = [&] {
+        ++made;
+        return std::make_shared<int>(7);
+    };
+    CHECK(*slots.get_or_make(slot_key<int>{"levels"}, make) == 7);
+    CHECK(*slots.get_or_make(slot_key<int>{"levels"}, make) == 7);
+    CHECK(made == 1);
+    CHECK(slots.find(slot_key<long>{"levels"}) == nullptr);
+    CHECK(slots.find(slot_key<int>{"other"}) == nullptr);
+    slots.put(slot_key<long>{"levels"}, std::make_shared<long>(9));
+    CHECK(*slots.find(slot_key<long>{"levels"}) == 9);
+    CHECK(*slots.find(slot_key<int>{"levels"}) == 7);
+    slots.erase(slot_key<int>{"levels"});
+    CHECK(slots.find(slot_key<int>{"levels"}) == nullptr);
+    CHECK(slots.find(slot_key<long>{"levels"}) != nullptr);
 }

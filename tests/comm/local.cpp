@@ -1,12 +1,17 @@
-// comm::local: the communicator suite for world sizes 1 to 8, and the helper's failure semantics.
+// comm::local: the communicator suite for world sizes 1 to 8, the helper's failure semantics, and the optional
+// capabilities (concepts/communicator.hpp) with stand-in types that do and do not model them.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
 #include "hitch/comm/local.hpp"
+#include "hitch/concepts/communicator.hpp"
+#include "hitch/core/node_layout.hpp"
 #include "suite.hpp"
 
 using hitch::comm::local;
@@ -107,4 +112,71 @@ TEST_CASE("comm::local: a pending request destroyed early is cancelled, not left
         s.wait();
         hitch_test::expect(in[0] == static_cast<float>(peer), "delivered to the live receive");
     }));
+}
+
+namespace capability_stand_ins {
+struct nothing {};
+struct one_address_space {
+    static constexpr bool shares_address_space = true;
+};
+struct separate_address_spaces {
+    static constexpr bool shares_address_space = false;
+};
+struct knows_layout {
+    hitch::node_layout node_layout();
+};
+struct layout_as_int {
+    int node_layout();
+};
+struct mapping {
+    std::byte* part(int) const;
+};
+struct maps_memory {
+    std::shared_ptr<mapping> map_node_memory(std::size_t bytes_per_rank);
+};
+struct maps_to_void {
+    void* map_node_memory(std::size_t bytes_per_rank);
+};
+struct carries_cuda {
+    bool carries(hitch::memory_space) const;
+};
+struct carries_nothing_typed {
+    void carries(hitch::memory_space) const;
+};
+}  // namespace capability_stand_ins
+
+TEST_CASE("communicator capabilities: stand-ins that do and do not model each", "[comm][concepts]") {
+    namespace s = capability_stand_ins;
+    STATIC_REQUIRE(hitch::shares_address_space<s::one_address_space>);
+    STATIC_REQUIRE_FALSE(hitch::shares_address_space<s::separate_address_spaces>);
+    STATIC_REQUIRE_FALSE(hitch::shares_address_space<s::nothing>);
+    STATIC_REQUIRE(hitch::has_node_layout<s::knows_layout>);
+    STATIC_REQUIRE_FALSE(hitch::has_node_layout<s::layout_as_int>);
+    STATIC_REQUIRE_FALSE(hitch::has_node_layout<s::nothing>);
+    STATIC_REQUIRE(hitch::maps_node_memory<s::maps_memory>);
+    STATIC_REQUIRE_FALSE(hitch::maps_node_memory<s::maps_to_void>);
+    STATIC_REQUIRE_FALSE(hitch::maps_node_memory<s::nothing>);
+    STATIC_REQUIRE(hitch::carries_device_memory<s::carries_cuda>);
+    STATIC_REQUIRE_FALSE(hitch::carries_device_memory<s::carries_nothing_typed>);
+    STATIC_REQUIRE_FALSE(hitch::carries_device_memory<s::nothing>);
+
+    STATIC_REQUIRE(hitch::shares_address_space<local>);
+    STATIC_REQUIRE(hitch::has_node_layout<local>);
+    STATIC_REQUIRE_FALSE(hitch::maps_node_memory<local>);
+    STATIC_REQUIRE_FALSE(hitch::carries_device_memory<local>);
+}
+
+TEST_CASE("comm::local: every rank is on one node, in the world and in a split", "[comm][local]") {
+    for (int p : {1, 2, 3, 5}) {
+        CAPTURE(p);
+        REQUIRE_NOTHROW(run_local(p, [p](local& comm) {
+            const hitch::node_layout layout = comm.node_layout();
+            if (layout.nodes != 1 || layout.node_of_rank != std::vector<int>(static_cast<std::size_t>(p), 0) ||
+                !layout.single_node() || layout.ranks_on(0).size() != static_cast<std::size_t>(p))
+                throw std::logic_error("comm::local: not one node");
+            local half = comm.split(comm.rank() % 2, comm.rank());
+            if (half.node_layout().node_of_rank.size() != static_cast<std::size_t>(half.size()) || half.node_layout().nodes != 1)
+                throw std::logic_error("comm::local split: not one node");
+        }));
+    }
 }

@@ -1,9 +1,13 @@
-// comm::mpi under mpiexec: the communicator suite, isolation from the user's traffic, and MPI errors.
+// comm::mpi under mpiexec: the communicator suite, isolation from the user's traffic, MPI errors, and the node
+// layout.
 #include <catch2/catch.hpp>
 
 #include <mpi.h>
 
+#include <vector>
+
 #include "hitch/comm/mpi.hpp"
+#include "hitch/core/node_layout.hpp"
 #include "suite.hpp"
 
 using hitch::comm::mpi;
@@ -74,4 +78,37 @@ TEST_CASE("comm::mpi: MPI errors are returned, not fatal, and become comm_error 
     CHECK_THROWS_MATCHES(hitch::comm::detail::mpi_check(code, "MPI_Send"), hitch::comm_error,
                          Catch::Matchers::Message("hitch::comm::mpi: MPI_Send failed: " + mpi_text));
     comm.barrier();
+}
+
+TEST_CASE("comm::mpi: the node layout matches MPI's shared-memory split, on every rank alike", "[comm][mpi]") {
+    STATIC_REQUIRE(hitch::has_node_layout<mpi>);
+    STATIC_REQUIRE(hitch::maps_node_memory<mpi>);
+    STATIC_REQUIRE_FALSE(hitch::shares_address_space<mpi>);
+    mpi comm;
+    const hitch::node_layout layout = comm.node_layout();
+    REQUIRE(layout.node_of_rank.size() == static_cast<std::size_t>(comm.size()));
+    REQUIRE(layout.node_of(0) == 0);  // nodes are numbered by their lowest rank
+
+    // Ranks on my node, by MPI, are exactly the ranks the layout puts on my node.
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(comm.native_handle(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL, &node);
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    std::vector<int> mine(static_cast<std::size_t>(node_size));
+    const int me = comm.rank();
+    MPI_Allgather(&me, 1, MPI_INT, mine.data(), 1, MPI_INT, node);
+    MPI_Comm_free(&node);
+    CHECK(layout.ranks_on(layout.node_of(me)) == mine);
+
+    // Every rank computed the same layout.
+    std::vector<int> all(static_cast<std::size_t>(comm.size()) * layout.node_of_rank.size());
+    MPI_Allgather(layout.node_of_rank.data(), comm.size(), MPI_INT, all.data(), comm.size(), MPI_INT, comm.native_handle());
+    for (int r = 0; r < comm.size(); ++r)
+        CHECK(std::vector<int>(all.begin() + r * comm.size(), all.begin() + (r + 1) * comm.size()) == layout.node_of_rank);
+
+    // A split knows its own layout, over no more nodes than the whole.
+    mpi half = comm.split(comm.rank() % 2, comm.rank());
+    const hitch::node_layout sub = half.node_layout();
+    CHECK(sub.node_of_rank.size() == static_cast<std::size_t>(half.size()));
+    CHECK((sub.nodes >= 1 && sub.nodes <= layout.nodes));
 }

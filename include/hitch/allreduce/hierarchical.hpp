@@ -74,10 +74,9 @@ public:
         const int p = t.size();
         if (p <= 1) return;
         const int g = std::min(options_.ranks_per_group, p);
-        auto levels = t.state().template cached<state<C>>(detail::concat("hierarchical/", g), [&] {
-            auto s = std::make_shared<state<C>>(t.comm(), g);
-            return s;
-        });
+        const std::string key = detail::concat("hierarchical/", g);
+        auto levels = t.state().slots.get_or_make(slot_key<state<C>>{key},
+                                                  [&] { return std::make_shared<state<C>>(t.comm(), g); });
         const reduce_op level_op = op == reduce_op::average ? reduce_op::sum : op;
         transport<C> intra(levels->intra, t.sequence(), t.limit(), t.shared_memory(), levels->intra_state);
         intra_.reduce(intra, std::span<const T>(data), data, level_op, 0);

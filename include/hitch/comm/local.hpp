@@ -33,6 +33,7 @@
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/core/node_layout.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::comm {
@@ -327,6 +328,10 @@ public:
     }
     /// Ranks of this communicator share one address space (a pointer sent to a peer is valid there).
     static constexpr bool shares_address_space = true;
+    /// Every rank is a thread of this process: one node.
+    [[nodiscard]] hitch::node_layout node_layout() const {
+        return hitch::node_layout{std::vector<int>(static_cast<std::size_t>(size()), 0), 1};
+    }
     /// This rank's index in the world the communicator was split from.
     [[nodiscard]] int world_rank() const noexcept { return (*members_)[static_cast<std::size_t>(rank_)]; }
 
@@ -561,6 +566,8 @@ private:
 };
 
 static_assert(communicator<local>, "hitch::comm::local must model hitch::communicator");
+static_assert(shares_address_space<local> && has_node_layout<local>,
+              "hitch::comm::local shares its address space and knows its (single-node) layout");
 
 /// N ranks sharing mailboxes. Hand communicator(r) to the thread that plays rank r.
 class local_world {

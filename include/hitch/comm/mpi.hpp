@@ -34,6 +34,7 @@
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/core/node_layout.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::comm {
@@ -453,6 +454,30 @@ public:
         return mpi(part, timeout_);
     }
 
+    /// Collective: the node each rank runs on (ranks that MPI_COMM_TYPE_SHARED puts together), nodes numbered in the
+    /// order of their lowest rank, the same answer on every rank. Every rank must arrive within the deadline.
+    [[nodiscard]] hitch::node_layout node_layout() {
+        barrier();  // everyone is here: the MPI calls below cannot wait for an absent rank
+        MPI_Comm node = MPI_COMM_NULL;
+        detail::mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+                          "MPI_Comm_split_type");
+        int lowest = rank_;  // the node's lowest rank names it
+        const int code = MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, node);
+        MPI_Comm_free(&node);
+        detail::mpi_check(code, "MPI_Allreduce");
+        std::vector<int> lowest_of(static_cast<std::size_t>(size_));
+        detail::mpi_check(MPI_Allgather(&lowest, 1, MPI_INT, lowest_of.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+        hitch::node_layout layout;
+        layout.node_of_rank.resize(lowest_of.size());
+        std::vector<int> id_of(lowest_of.size(), -1);
+        for (std::size_t r = 0; r < lowest_of.size(); ++r) {
+            auto& id = id_of[static_cast<std::size_t>(lowest_of[r])];
+            if (id < 0) id = layout.nodes++;
+            layout.node_of_rank[r] = id;
+        }
+        return layout;
+    }
+
     /// Collective: memory every rank can read and write, `bytes_per_rank` bytes for each (node_memory::part(r)),
     /// when all ranks run on one node; nullptr when they do not, or when any rank's system refuses the mapping
     /// (then every rank gets nullptr: the answer is agreed). Every rank must arrive within the deadline.
@@ -554,5 +579,7 @@ private:
 };
 
 static_assert(communicator<mpi>, "hitch::comm::mpi must model hitch::communicator");
+static_assert(maps_node_memory<mpi> && has_node_layout<mpi> && !shares_address_space<mpi>,
+              "hitch::comm::mpi maps node memory and knows its node layout; its ranks are processes");
 
 }  // namespace hitch::comm

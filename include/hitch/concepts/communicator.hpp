@@ -27,6 +27,8 @@
 
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/dtype.hpp"
+#include "hitch/core/node_layout.hpp"
+#include "hitch/core/tensor.hpp"
 
 namespace hitch {
 
@@ -122,5 +124,38 @@ void wait_all(Range&& requests, seconds_f timeout) {
     const deadline limit(timeout);
     for (auto& r : requests) r.wait(limit);
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Optional capabilities. A communicator declares what it can do beyond messages; schedules, the transport and
+// trainers ask for these concepts instead of for a concrete communicator, so a new one (NCCL, a simulated
+// cluster) gets the fast paths by declaring its capabilities.
+// ---------------------------------------------------------------------------------------------------------------
+
+/// A pointer valid on one rank is valid on every rank (`static constexpr bool shares_address_space = true`, as on
+/// comm::local): the transport's direct path reads a peer's buffer in place.
+template <class C>
+concept shares_address_space = requires { requires static_cast<bool>(C::shares_address_space); };
+
+/// `c.node_layout()` says which node each rank runs on (a hitch::node_layout); it may be collective.
+template <class C>
+concept has_node_layout = requires(C& c) {
+    { c.node_layout() } -> std::convertible_to<node_layout>;
+};
+
+/// Collective `c.map_node_memory(bytes_per_rank)`: memory every rank can read and write (POSIX shared memory with
+/// the peers on one node), a pointer-like handle whose `part(r)` is rank r's share; null when the ranks do not all
+/// run on one node. The transport's staged path builds its pipes in it.
+template <class C>
+concept maps_node_memory = requires(C& c, std::size_t bytes_per_rank, int r) {
+    { static_cast<bool>(c.map_node_memory(bytes_per_rank)) };
+    { c.map_node_memory(bytes_per_rank)->part(r) } -> std::convertible_to<std::byte*>;
+};
+
+/// `c.carries(space)`: whether sends may read from, and receives write into, memory in that space (a CUDA-aware
+/// communicator carries memory_space::cuda).
+template <class C>
+concept carries_device_memory = requires(const C& c, memory_space space) {
+    { c.carries(space) } -> std::convertible_to<bool>;
+};
 
 }  // namespace hitch

@@ -41,20 +41,12 @@
 #include <vector>
 
 #include "hitch/allreduce/reduce_op.hpp"
+#include "hitch/allreduce/transport/mismatch.hpp"
 #include "hitch/comm/detail/node_memory.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
 
 namespace hitch::allreduce::detail {
-
-/// What a receive that meets a message of another size or element type reports (the direct and staged paths).
-[[nodiscard]] inline std::string message_mismatch(int rank, int peer, std::size_t want_bytes, dtype want,
-                                                  std::size_t have_bytes, dtype have) {
-    const std::size_t mine = size_of(want), theirs = size_of(have);
-    return hitch::detail::concat("hitch::allreduce: message mismatch on rank ", rank, ": recv from rank ", peer,
-                                 " expected ", mine != 0 ? want_bytes / mine : want_bytes, " x ", name(want),
-                                 " but the message has ", theirs != 0 ? have_bytes / theirs : have_bytes, " x ", name(have));
-}
 
 /// Type-erased combination of an incoming piece into its place in the receiver's buffer, per the spec.
 using piece_combiner = void (*)(std::byte* dst, const std::byte* piece, std::size_t bytes, const combine_spec& spec);

@@ -1,0 +1,28 @@
+#pragma once
+// hitch::node_layout: which node (machine) each rank of a communicator runs on. Ranks on one node can share
+// memory; a schedule that knows the layout keeps its heavy traffic inside nodes (hierarchical, the staged path).
+
+#include <cstddef>
+#include <vector>
+
+namespace hitch {
+
+struct node_layout {
+    /// node_of_rank[r]: the node rank r runs on, in [0, nodes); nodes are numbered in the order of their lowest rank.
+    std::vector<int> node_of_rank;
+    int nodes = 0;
+
+    [[nodiscard]] int node_of(int rank) const { return node_of_rank.at(static_cast<std::size_t>(rank)); }
+    /// Ranks on `node`, ascending.
+    [[nodiscard]] std::vector<int> ranks_on(int node) const {
+        std::vector<int> out;
+        for (std::size_t r = 0; r < node_of_rank.size(); ++r)
+            if (node_of_rank[r] == node) out.push_back(static_cast<int>(r));
+        return out;
+    }
+    [[nodiscard]] bool single_node() const noexcept { return nodes == 1; }
+
+    friend bool operator==(const node_layout&, const node_layout&) = default;
+};
+
+}  // namespace hitch
