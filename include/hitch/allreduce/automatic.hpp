@@ -9,17 +9,18 @@
 // The module (allreduce/automatic/):
 //   constants.hpp      measures alpha, beta, gamma (and native's) once per group
 //   profile.hpp        the candidates' times at probe sizes 4 KiB-64 MiB, and the prediction they correct
-//   calibration.hpp    where calibration runs (a private split, its own deadline) and its time budget
+//   calibration.hpp    where calibration runs (its own call number and deadline) and its time budget
 //   agreement.hpp      how ranks come to the same measurements and the same decisions
 //   decisions.hpp      the choices a group remembers
 //   state.hpp          the decisions as a versioned, checksummed blob (save_state / load_state)
 // Tuned constants (probe sizes, best-of-N, budget, deadline) are in hitch/allreduce/tuning.hpp.
 //
 // Calibration runs in the first call that needs it (the first automatic call of a group, and the first call
-// larger than 16 MiB, which adds a 64 MiB probe), on a private split of the group's communicator under its own
-// deadline (options::calibration_timeout_s) and within a time budget (options::calibration_budget_s): probes that
-// would not fit are left out and the model is held beyond the last measured one. That call then runs its
-// all-reduce with the caller's whole deadline, starting after calibration. Every measurement is agreed (the
+// larger than 16 MiB, which adds a 64 MiB probe), in a transport of its own (a call number the group reserves
+// inside each call) under its own deadline (options::calibration_timeout_s) and within a time budget
+// (options::calibration_budget_s): probes that would not fit are left out, or take fewer runs, and the model is
+// held beyond the last measured one. That call then runs its all-reduce with the caller's whole deadline,
+// starting after calibration. Every measurement is agreed (the
 // maximum over ranks) and every stop is decided by all ranks together, so all ranks take the same decisions at
 // the same call numbers. group::set_constants() or options::constants replace the measurements with the user's
 // constants and the pure model (the same on every rank). save_state() and load_state() carry the decisions
@@ -246,16 +247,16 @@ private:
         return pick;
     }
 
-    /// This call measures first (see the file comment): in a calibration context of its own, under its own
-    /// deadline and budget; then it runs its all-reduce there with the caller's whole deadline.
+    /// This call measures first (see the file comment): in a transport of its own (a call number the group
+    /// reserves inside this call), under its own deadline and budget; then it runs its all-reduce in another,
+    /// with the caller's whole deadline starting now.
     template <communicator C, floating_element T>
     void calibrate_and_run(transport<C>& t, std::span<T> data, reduce_op op) const {
         using clock = std::chrono::steady_clock;
         const seconds_f caller = t.limit().waited() + (t.limit().when() - clock::now());
-        detail::calibration_context<C> context(t.comm(), t.shared_memory(), t.staged());
         try {
-            context.call(seconds_f(options_.calibration_timeout_s), t.agreed(),
-                         [&](transport<C>& probe) { measure(probe, t.state(), data.size_bytes()); });
+            detail::reserved_call(t, detail::calibration_slot, seconds_f(options_.calibration_timeout_s),
+                                  [&](transport<C>& probe) { measure(probe, t.state(), data.size_bytes()); });
         } catch (const timeout_error& e) {
             throw timeout_error("hitch::allreduce::automatic: calibration",
                                 detail::concat(e.what(), " (calibration_timeout_s = ", options_.calibration_timeout_s,
@@ -264,7 +265,8 @@ private:
         }
         const int pick = remembered_pick(t, data.size_bytes());
         if (pick < 0) throw config_error("hitch::allreduce::automatic: calibration left nothing to decide with");
-        context.call(caller, t.agreed(), [&](transport<C>& call) { run_candidate(pick, call, data, op); });
+        detail::reserved_call(t, detail::after_calibration_slot, caller,
+                              [&](transport<C>& call) { run_candidate(pick, call, data, op); });
     }
 
     /// Measures (collective over t's communicator) what a call of n_bytes needs and keeps it in `state`: the

@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "hitch/allreduce/automatic/calibration.hpp"
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/transport.hpp"
@@ -359,7 +360,8 @@ private:
             const bool checked = options.check && comm_.size() > 1;
             if (checked) check(d, timeout);
             comm_.set_timeout(timeout);
-            transport<C> t(comm_, sequence, limit, options.shared_memory, state_);
+            // Two call numbers after each call's own are automatic's (allreduce/automatic/calibration.hpp).
+            transport<C> t(comm_, sequence * detail::sequence_stride, limit, options.shared_memory, state_);
             t.set_agreed(checked || comm_.size() == 1);
             body(t, d);
         } catch (const timeout_error& e) {
