@@ -380,7 +380,7 @@ private:
     binary_tree binary_tree_{};
     double_binary_tree double_binary_tree_{};
     parameter_server parameter_server_{parameter_server::options{.servers = 1 << 20}};
-    std::shared_ptr<detail::automatic_record> record_ = std::make_shared<detail::automatic_record>();
+    detail::record_handle record_;
 };
 
 static_assert(hitch::allreduce_schedule<automatic, comm::local>,
