@@ -12,6 +12,7 @@
 //   calibration.hpp    where calibration runs (its own call number and deadline) and its time budget
 //   agreement.hpp      how ranks come to the same measurements and the same decisions
 //   decisions.hpp      the choices a group remembers
+//   record.hpp         what an automatic and its copies decided, shared between them
 //   state.hpp          the decisions as a versioned, checksummed blob (save_state / load_state)
 // Tuned constants (probe sizes, best-of-N, budget, deadline) are in hitch/allreduce/tuning.hpp.
 //
@@ -42,6 +43,7 @@
 #include "hitch/allreduce/automatic/decisions.hpp"
 #include "hitch/allreduce/automatic/native_candidate.hpp"
 #include "hitch/allreduce/automatic/profile.hpp"
+#include "hitch/allreduce/automatic/record.hpp"
 #include "hitch/allreduce/automatic/state.hpp"
 #include "hitch/allreduce/binary_tree.hpp"
 #include "hitch/allreduce/cost.hpp"
