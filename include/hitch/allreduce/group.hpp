@@ -8,7 +8,8 @@
 //   h.wait();
 //
 // A group owns a private duplicate of the communicator (from split), so its traffic never meets the user's or
-// another group's; a sequence number per call, from which the call's tags are derived; the calibrated cost
+// another group's; a sequence number per call, from which the call's tags are derived (call n's transport takes
+// 3n, and 3n+1 and 3n+2 are automatic's, for calibration inside that call); the calibrated cost
 // constants `automatic` uses; reusable scratch memory; and, once a non-blocking call is made, a progress thread
 // that runs queued calls in the order they were issued (as Horovod's background thread does). Blocking calls run
 // on the caller's thread when nothing is queued, else in turn behind the queued ones. Every rank must issue the
