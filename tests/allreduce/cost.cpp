@@ -170,14 +170,17 @@ TEST_CASE("automatic follows the model: recursive doubling for small buffers, ba
 TEST_CASE("automatic times larger probes once a call outgrows the first ones, the same on every rank",
           "[allreduce][cost][automatic]") {
     using hitch::allreduce::automatic_profile;
-    const auto profiles = run_local(2, [](local& c) {
+    automatic::options o;
+    o.calibration_budget_s = 600;  // every probe, however loaded the host
+    const automatic a(o);
+    const auto profiles = run_local(2, [&](local& c) {
         group g(c);
         std::vector<float> small(1000, 1.0f);
-        allreduce(g, hitch::view(small));
+        allreduce(g, hitch::view(small), reduce_op::sum, a);
         const auto first = automatic::measured_profile(g.state());
         expect(first != nullptr && first->measured == automatic_profile::first_probes, "the first call measures up to 16 MiB");
         std::vector<float> big((std::size_t{20} << 20) / sizeof(float), 1.0f);
-        allreduce(g, hitch::view(big));
+        allreduce(g, hitch::view(big), reduce_op::sum, a);
         const auto longer = automatic::measured_profile(g.state());
         expect(longer != first && longer->measured == automatic_profile::first_probes + 1, "a 20 MiB call adds the 64 MiB probe");
         for (int i = 0; i < automatic_profile::first_probes; ++i)
@@ -185,7 +188,7 @@ TEST_CASE("automatic times larger probes once a call outgrows the first ones, th
                 expect(longer->seconds[k][static_cast<std::size_t>(i)] == first->seconds[k][static_cast<std::size_t>(i)],
                        "the earlier probes are kept");
         expect(longer->seconds[0][automatic_profile::first_probes] > 0, "the new probe is timed");
-        allreduce(g, hitch::view(big));
+        allreduce(g, hitch::view(big), reduce_op::sum, a);
         expect(automatic::measured_profile(g.state()) == longer, "measured once");
         bool ok = true;
         for (float x : big) ok = ok && x == 4.0f;

@@ -11,15 +11,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hitch/allreduce/tuning.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::allreduce {
 
 /// The machine constants of the model, in seconds and seconds per byte.
 struct cost_constants {
-    double alpha_s = 5e-6;              ///< per-message latency
-    double beta_s_per_byte = 1e-10;     ///< per byte moved between two ranks (1 / bandwidth)
-    double gamma_s_per_byte = 1e-10;    ///< per byte combined by a reduce op
+    double alpha_s = tuning::default_alpha_s;                    ///< per-message latency
+    double beta_s_per_byte = tuning::default_beta_s_per_byte;    ///< per byte moved between two ranks (1 / bandwidth)
+    double gamma_s_per_byte = tuning::default_gamma_s_per_byte;  ///< per byte combined by a reduce op
     /// The communicator's own all-reduce (allreduce::native), fitted as native_alpha + n * native_beta.
     /// Negative when the communicator has none or it was not measured.
     double native_alpha_s = -1.0;

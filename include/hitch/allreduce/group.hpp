@@ -8,7 +8,8 @@
 //   h.wait();
 //
 // A group owns a private duplicate of the communicator (from split), so its traffic never meets the user's or
-// another group's; a sequence number per call, from which the call's tags are derived; the calibrated cost
+// another group's; a sequence number per call, from which the call's tags are derived (call n's transport takes
+// 3n, and 3n+1 and 3n+2 are automatic's, for calibration inside that call); the calibrated cost
 // constants `automatic` uses; reusable scratch memory; and, once a non-blocking call is made, a progress thread
 // that runs queued calls in the order they were issued (as Horovod's background thread does). Blocking calls run
 // on the caller's thread when nothing is queued, else in turn behind the queued ones. Every rank must issue the
@@ -34,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "hitch/allreduce/automatic/calibration.hpp"
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/transport.hpp"
@@ -359,7 +361,8 @@ private:
             const bool checked = options.check && comm_.size() > 1;
             if (checked) check(d, timeout);
             comm_.set_timeout(timeout);
-            transport<C> t(comm_, sequence, limit, options.shared_memory, state_);
+            // Two call numbers after each call's own are automatic's (allreduce/automatic/calibration.hpp).
+            transport<C> t(comm_, sequence * detail::sequence_stride, limit, options.shared_memory, state_);
             t.set_agreed(checked || comm_.size() == 1);
             body(t, d);
         } catch (const timeout_error& e) {

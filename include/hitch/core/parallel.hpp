@@ -18,10 +18,10 @@
 // The pool never prints.
 //
 // Waking a sleeping thread costs tens of microseconds on a virtual machine, as much as a chunk of a 1 MiB loop:
-// a worker that finished a job therefore watches for the next one for a short while (spin_wait, yielding the
-// processor between looks so other processes still run) before it sleeps, and a caller watches its job's last
-// chunks the same way before it blocks. Back-to-back loops (an encode's passes, an optimizer's layers) then pay
-// no wake-up.
+// a worker that finished a job therefore watches for the next one for a short while (spin_wait, set in
+// core/tuning.hpp; yielding the processor between looks so other processes still run) before it sleeps, and
+// a caller watches its job's last chunks the same way before it blocks. Back-to-back loops (an encode's passes,
+// an optimizer's layers) then pay no wake-up.
 
 #include <algorithm>
 #include <atomic>
@@ -38,6 +38,7 @@
 
 #include "hitch/core/error.hpp"
 #include "hitch/core/options.hpp"
+#include "hitch/core/tuning.hpp"
 
 namespace hitch {
 
@@ -62,7 +63,7 @@ public:
     [[nodiscard]] static thread_pool& shared();
 
     /// How long an idle worker, or a caller waiting for its chunks, watches before it sleeps.
-    static constexpr std::chrono::microseconds spin_wait{100};
+    static constexpr std::chrono::microseconds spin_wait = tuning::pool_spin_wait;
 
 private:
     struct job {

@@ -1,0 +1,49 @@
+#pragma once
+// How automatic's ranks come to the same decisions: every measurement is agreed before it is used (the maximum
+// over ranks: preemption only ever adds time, and the slowest rank bounds a collective), and every decision to
+// measure more or to stop is taken by all ranks together. Each function is collective over `comm`.
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "hitch/allreduce/automatic/profile.hpp"
+#include "hitch/allreduce/cost.hpp"
+#include "hitch/comm/agree.hpp"
+
+namespace hitch::allreduce::detail {
+
+/// Every rank's constants, reduced to the maximum of each.
+template <class C>
+[[nodiscard]] cost_constants agree_constants(C& comm, const cost_constants& mine) {
+    cost_constants k = mine;
+    for (const cost_constants& o : comm::allgather_value(comm, mine)) {
+        k.alpha_s = std::max(k.alpha_s, o.alpha_s);
+        k.beta_s_per_byte = std::max(k.beta_s_per_byte, o.beta_s_per_byte);
+        k.gamma_s_per_byte = std::max(k.gamma_s_per_byte, o.gamma_s_per_byte);
+        k.native_alpha_s = std::max(k.native_alpha_s, o.native_alpha_s);
+        k.native_beta_s_per_byte = std::max(k.native_beta_s_per_byte, o.native_beta_s_per_byte);
+    }
+    return k;
+}
+
+/// Every rank's profile, reduced to the maximum of each time. The probe sizes, the count measured and the budget
+/// flag are taken from rank 0 (they come from agreed decisions, so they are the same everywhere already).
+template <class C>
+[[nodiscard]] automatic_profile agree_profile(C& comm, const automatic_profile& mine) {
+    const std::vector<automatic_profile> all = comm::allgather_value(comm, mine);
+    automatic_profile prof = all.front();
+    for (const automatic_profile& o : all)
+        for (std::size_t c = 0; c < prof.seconds.size(); ++c)
+            for (std::size_t i = 0; i < prof.seconds[c].size(); ++i)
+                prof.seconds[c][i] = std::max(prof.seconds[c][i], o.seconds[c][i]);
+    return prof;
+}
+
+/// True on every rank when every rank says yes.
+template <class C>
+[[nodiscard]] bool agree_all(C& comm, bool mine) {
+    return !comm::any_of(comm, !mine);
+}
+
+}  // namespace hitch::allreduce::detail

@@ -1,0 +1,50 @@
+#pragma once
+// The choices automatic made on a group, remembered so a call of a size seen before costs a lookup. A choice
+// depends on nothing but the inputs kept with it, and those are agreed by every rank (the constants and profile
+// are agreed when measured or loaded), so every rank remembers the same choices.
+
+#include <cstddef>
+#include <vector>
+
+#include "hitch/allreduce/automatic/profile.hpp"
+#include "hitch/allreduce/cost.hpp"
+#include "hitch/allreduce/tuning.hpp"
+
+namespace hitch::allreduce::detail {
+
+/// One remembered choice. The profile is compared by address: a profile never changes once agreed; a new one is
+/// a new object.
+template <class Options>
+struct decision {
+    Options settings;
+    int p = 0;
+    std::size_t n = 0;
+    cost_constants k;
+    const automatic_profile* profile = nullptr;
+    int pick = 0;
+};
+
+/// The last tuning::decision_memo_capacity choices (the oldest replaced first). Guarded by the group state's mutex.
+template <class Options>
+struct decision_memo {
+    std::vector<decision<Options>> entries;
+    std::size_t next = 0;  // the entry replaced next once full
+
+    /// The remembered pick for these inputs, or -1.
+    [[nodiscard]] int find(const Options& o, int p, std::size_t n, const cost_constants& k,
+                           const automatic_profile* profile) const {
+        for (const auto& d : entries)
+            if (d.n == n && d.p == p && d.profile == profile && d.k == k && d.settings == o) return d.pick;
+        return -1;
+    }
+    void remember(const decision<Options>& d) {
+        if (entries.size() < tuning::decision_memo_capacity) {
+            entries.push_back(d);
+        } else {
+            entries[next] = d;
+            next = (next + 1) % tuning::decision_memo_capacity;
+        }
+    }
+};
+
+}  // namespace hitch::allreduce::detail

@@ -1,0 +1,82 @@
+#pragma once
+// Tuning of hitch's all-reduce family: the constants that were chosen by measurement, each beside the figure that
+// chose it, apart from the algorithms that use them (allreduce/automatic/, allreduce/cost.hpp). Figures come from
+// the 2-core development host (dev-2c, docs/benchmarks.md) unless stated otherwise.
+
+#include <chrono>
+#include <cstddef>
+
+namespace hitch::allreduce::tuning {
+
+// ---- automatic: the probe profile -------------------------------------------------------------------------
+
+/// The smallest probe; each next probe is four times larger. 4 KiB is where recursive doubling's latency still
+/// wins over every bandwidth-optimal schedule on comm::local and comm::mpi (docs/allreduce.md, the picks table).
+inline constexpr std::size_t probe_first_bytes = std::size_t{4} << 10;
+/// log2 of the factor between probes: 4x keeps seven probes within 4 KiB-16 MiB and the log-linear interpolation
+/// between two probes within the 10% automatic is held to (b32601a: automatic 0.90-1.00 of the fastest schedule
+/// at every size over comm::local).
+inline constexpr int probe_growth_log2 = 2;
+/// Probes in all: 4 KiB ... 64 MiB.
+inline constexpr int probes = 8;
+/// Probes timed by the first call: up to 16 MiB. The 64 MiB probe waits for the first call above 16 MiB: at 16 MiB
+/// both ranks' buffers fit the 32 MiB L3 of dev-2c and rabenseifner is fastest, at 64 MiB they do not and the
+/// ring's wavefront is (7046e87: ring 10.2-10.4 GB/s at 64 MiB, automatic within 10% at every size).
+inline constexpr int first_probes = 7;
+
+/// Best-of-N per probe size (after one uncounted run of each candidate). Small probes are the noisiest and the
+/// cheapest: 9/5/3 runs (d0475eb) left automatic at 0.80 of the fastest at 4-64 KiB on a loaded host; 31/9/5
+/// (16545b3, b32601a) brought it to 0.90-1.00 at every size over comm::local and from 64 KiB up over comm::mpi.
+inline constexpr std::size_t probe_small_bytes = std::size_t{64} << 10;
+inline constexpr int probe_small_repeats = 31;
+inline constexpr std::size_t probe_medium_bytes = std::size_t{1} << 20;
+inline constexpr int probe_medium_repeats = 9;
+inline constexpr int probe_large_repeats = 5;
+
+[[nodiscard]] constexpr int probe_repeats(std::size_t bytes) noexcept {
+    return bytes <= probe_small_bytes ? probe_small_repeats
+           : bytes <= probe_medium_bytes ? probe_medium_repeats
+                                         : probe_large_repeats;
+}
+
+// ---- automatic: calibration's time -------------------------------------------------------------------------
+
+/// Default time budget of one calibration (the constants and the probes). The whole profile took 0.25 s at 2
+/// ranks, 2.8 s at 4 and 6.1 s at 5 on dev-2c (issue 18); probes past the budget are left out and the model
+/// is held beyond the last measured one, so calibration stays near 1 s at up to 8 ranks on 2 cores.
+inline constexpr double calibration_budget_s = 1.0;
+/// Default deadline of one calibration, apart from the caller's: the budget bounds the planned work, this only
+/// catches a rank that never arrives, so it is generous (60x the budget) for heavily oversubscribed hosts.
+inline constexpr double calibration_timeout_s = 60.0;
+
+// ---- automatic: the alpha-beta-gamma constants -------------------------------------------------------------
+
+/// Round trips per alpha measurement, and attempts (best of) for alpha, beta, gamma and the native all-reduce.
+/// Set with the first calibration (692c30f) and not tuned since: best of three, as the probes take best-of-N,
+/// because preemption only ever adds time.
+inline constexpr int alpha_round_trips = 8;
+inline constexpr int constant_attempts = 3;
+/// Message and combine size for beta and gamma (692c30f): at the staged path's ~10 GB/s (docs/benchmarks.md)
+/// 1 MiB takes ~100 us, so alpha is a few percent of it, and it stays in the cache like the probes below 16 MiB.
+inline constexpr std::size_t constant_probe_bytes = std::size_t{1} << 20;
+/// Floors of the measured constants (a timer's resolution): a zero would make every model tie.
+inline constexpr double min_alpha_s = 1e-9;
+inline constexpr double min_beta_s_per_byte = 1e-13;
+inline constexpr double min_gamma_s_per_byte = 1e-13;
+
+// ---- automatic: decisions -----------------------------------------------------------------------------------
+
+/// Choices a group remembers. Weighing the candidates costs about 0.7 us (16545b3), as long as a small all-reduce;
+/// 64 distinct sizes cover a trainer's buckets and tail with room to spare.
+inline constexpr std::size_t decision_memo_capacity = 64;
+
+// ---- the cost model's defaults -----------------------------------------------------------------------------
+
+/// Constants the model uses before anything is measured (cost_constants{}): orders of magnitude of a
+/// shared-memory message (5 us) and of copying and combining at 10 GB/s, not a measurement; automatic replaces
+/// them with measured ones on its first call.
+inline constexpr double default_alpha_s = 5e-6;
+inline constexpr double default_beta_s_per_byte = 1e-10;
+inline constexpr double default_gamma_s_per_byte = 1e-10;
+
+}  // namespace hitch::allreduce::tuning

@@ -1,0 +1,274 @@
+// allreduce::automatic as a module: calibration apart from the caller's deadline and within its budget, agreement
+// of every rank on measurements and choices, and its decisions saved and restored (allreduce/automatic/).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hitch/allreduce/allreduce.hpp"
+#include "hitch/comm/local.hpp"
+#include "reference.hpp"
+
+using namespace hitch::allreduce;
+using hitch::comm::local;
+using hitch::comm::run_local;
+using hitch_test::expect;
+
+namespace {
+
+bool all_equal(const std::vector<float>& v, float x) {
+    for (float y : v)
+        if (y != x) return false;
+    return true;
+}
+
+std::vector<std::byte> saved(const automatic& a) {
+    std::vector<std::byte> blob;
+    a.save_state(blob);
+    return blob;
+}
+
+std::string load_error(automatic& a, const std::vector<std::byte>& blob) {
+    try {
+        a.load_state(blob);
+    } catch (const hitch::corrupt_message_error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("automatic calibrates outside the caller's deadline: 5 ranks, a 1 s deadline, every probe measured",
+          "[allreduce][automatic]") {
+    // Measuring every probe takes 2.8 s at 5 ranks over comm::local on a 2-core host (6.1 s over comm::mpi):
+    // inside the caller's deadline the first call failed with a timeout_error. The budget here is large enough
+    // for every probe, the deadline far shorter than they take.
+    automatic::options o;
+    o.calibration_budget_s = 600;
+    const automatic a(o);
+    const auto measured = run_local(5, [&](local& c) {
+        group g(c);
+        g.set_timeout(hitch::seconds_f(1));
+        std::vector<float> v(1000, 1.0f);
+        allreduce(g, hitch::view(v), reduce_op::sum, a);
+        expect(all_equal(v, 5.0f), "the calibrating call reduces");
+        const auto profile = automatic::measured_profile(g.state());
+        expect(profile != nullptr && g.constants().has_value(), "the first call measured");
+        allreduce(g, hitch::view(v), reduce_op::sum, a);
+        expect(all_equal(v, 25.0f), "later calls reduce");
+        return *profile;
+    });
+    for (const auto& p : measured) {
+        CHECK(p.measured == automatic_profile::first_probes);
+        CHECK(p.stopped_by_budget == 0);
+        CHECK(std::memcmp(&p, &measured[0], sizeof(p)) == 0);
+    }
+}
+
+TEST_CASE("automatic's default budget keeps the first call inside a 5 s deadline on 5 ranks",
+          "[allreduce][automatic]") {
+    const auto seconds = run_local(5, [](local& c) {
+        group g(c);
+        g.set_timeout(hitch::seconds_f(5));
+        std::vector<float> v(1000, 1.0f);
+        const auto start = std::chrono::steady_clock::now();
+        allreduce(g, hitch::view(v));
+        expect(all_equal(v, 5.0f), "results");
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+    for (double s : seconds) INFO("first call: " << s << " s");
+}
+
+TEST_CASE("a calibration budget too small still gives a valid choice, the same on every rank",
+          "[allreduce][automatic]") {
+    for (const double budget : {0.0, 1e-6}) {
+        automatic::options o;
+        o.calibration_budget_s = budget;
+        const automatic a(o);
+        struct outcome {
+            automatic_profile profile;
+            hitch::allreduce::cost_constants k;
+        };
+        const auto all = run_local(3, [&](local& c) {
+            group g(c);
+            std::vector<float> v(5000, 1.0f);
+            allreduce(g, hitch::view(v), reduce_op::sum, a);
+            expect(all_equal(v, 3.0f), "the call reduces");
+            const auto first = automatic::measured_profile(g.state());
+            expect(first != nullptr, "a profile is kept, even an empty one");
+            std::vector<float> big((std::size_t{17} << 20) / sizeof(float), 1.0f);
+            allreduce(g, hitch::view(big), reduce_op::sum, a);
+            expect(all_equal(big, 3.0f), "a call larger than every probe reduces");
+            expect(automatic::measured_profile(g.state()) == first, "a budget that stopped the probes stops later ones");
+            return outcome{*first, *g.constants()};
+        });
+        for (const auto& r : all) {
+            CHECK(r.profile.stopped_by_budget == 1);
+            CHECK(r.profile.measured < automatic_profile::first_probes);
+            CHECK(std::memcmp(&r.profile, &all[0].profile, sizeof(automatic_profile)) == 0);
+            CHECK(r.k == all[0].k);
+        }
+        // With nothing measured the choice is the cost model's with the measured constants.
+        if (all[0].profile.measured == 0)
+            for (std::size_t n : {std::size_t{256}, std::size_t{1} << 20, std::size_t{64} << 20})
+                CHECK(a.choose(3, n, all[0].k, &all[0].profile) == a.choose(3, n, all[0].k));
+    }
+}
+
+TEST_CASE("automatic's calibration options are validated", "[allreduce][automatic]") {
+    automatic::options o;
+    o.calibration_budget_s = -1;
+    CHECK_THROWS_AS(automatic(o), hitch::config_error);
+    o = {};
+    o.calibration_timeout_s = 0;
+    CHECK_THROWS_AS(automatic(o), hitch::config_error);
+    o.calibration_timeout_s = std::numeric_limits<double>::infinity();
+    CHECK_THROWS_AS(automatic(o), hitch::config_error);
+    CHECK(automatic().settings().calibration_budget_s == tuning::calibration_budget_s);
+    CHECK(automatic().settings().calibration_timeout_s == tuning::calibration_timeout_s);
+}
+
+TEST_CASE("ranks agree on measurements and choices even when each measured differently", "[allreduce][automatic]") {
+    const int p = 4;
+    const auto agreed = run_local(p, [&](local& c) {
+        // Each rank's own (and different) measurements, as if its probes had met different load.
+        std::mt19937 random(static_cast<unsigned>(17 + c.rank()));
+        std::uniform_real_distribution<double> noise(0.5, 2.0);
+        automatic_profile mine;
+        mine.measured = automatic_profile::first_probes;
+        for (int i = 0; i < mine.measured; ++i) {
+            mine.bytes[static_cast<std::size_t>(i)] = static_cast<double>(automatic_profile::probe_bytes(i));
+            for (int k = 0; k < 6; ++k)
+                mine.seconds[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] =
+                    1e-6 * noise(random) * static_cast<double>(automatic_profile::probe_bytes(i)) / 4096.0;
+        }
+        cost_constants k;
+        k.alpha_s = 1e-6 * noise(random);
+        k.beta_s_per_byte = 1e-10 * noise(random);
+        k.gamma_s_per_byte = 1e-10 * noise(random);
+        const automatic_profile profile = detail::agree_profile(c, mine);
+        const cost_constants constants = detail::agree_constants(c, k);
+        const bool all_go = detail::agree_all(c, true);
+        const bool one_stops = detail::agree_all(c, c.rank() != 2);
+        expect(all_go && !one_stops, "a stop by one rank stops every rank");
+        for (std::size_t i = 0; i < 6; ++i)
+            for (std::size_t j = 0; j < automatic_profile::probes; ++j)
+                expect(profile.seconds[i][j] >= mine.seconds[i][j], "the agreed time is the slowest rank's");
+        std::string choices;
+        for (std::size_t n = 1; n <= (std::size_t{64} << 20); n *= 3)
+            choices += std::string(automatic{}.choose(p, n, constants, &profile)) + ' ';
+        return std::make_tuple(profile, constants, choices);
+    });
+    for (const auto& [profile, constants, choices] : agreed) {
+        CHECK(std::memcmp(&profile, &std::get<0>(agreed[0]), sizeof(profile)) == 0);
+        CHECK(constants == std::get<1>(agreed[0]));
+        CHECK(choices == std::get<2>(agreed[0]));
+    }
+}
+
+TEST_CASE("automatic's decisions survive save_state and load_state: the same choices without measuring",
+          "[allreduce][automatic]") {
+    const int p = 3;
+    struct seen {
+        std::vector<std::byte> blob;
+        automatic_profile before;
+        automatic_profile after;
+        cost_constants k_before;
+        cost_constants k_after;
+        std::vector<std::byte> blob_after;
+    };
+    const auto results = run_local(p, [&](local& c) {
+        seen s;
+        {
+            const automatic a;
+            group g(c);
+            std::vector<float> v(1000, 1.0f);
+            allreduce(g, hitch::view(v), reduce_op::sum, a);  // collectives copy `a`: the copy's decisions count
+            s.blob = saved(a);
+            s.before = *automatic::measured_profile(g.state());
+            s.k_before = *g.constants();
+        }
+        automatic b;
+        b.load_state(s.blob);
+        expect(saved(b) == s.blob, "a loaded state is saved unchanged");
+        group g(c);
+        std::vector<float> v(1000, 1.0f);
+        allreduce(g, hitch::view(v), reduce_op::sum, b);
+        expect(all_equal(v, static_cast<float>(p)), "results after load");
+        s.after = *automatic::measured_profile(g.state());
+        s.k_after = *g.constants();
+        s.blob_after = saved(b);
+        return s;
+    });
+    for (const auto& s : results) {
+        // Timings never repeat to the bit: equal profiles and constants mean nothing was measured again.
+        CHECK(std::memcmp(&s.after, &s.before, sizeof(automatic_profile)) == 0);
+        CHECK(s.k_after == s.k_before);
+        CHECK(s.blob_after == s.blob);
+        CHECK(s.blob == results[0].blob);
+        const automatic a;
+        for (std::size_t n = 1; n <= (std::size_t{64} << 20); n *= 5)
+            CHECK(a.choose(p, n, s.k_after, &s.after) == a.choose(p, n, s.k_before, &s.before));
+    }
+    // An automatic that never ran saves an empty state; loading it measures as usual.
+    automatic empty;
+    automatic fresh;
+    fresh.load_state(saved(empty));
+    const auto measured = run_local(2, [&](local& c) {
+        group g(c);
+        std::vector<float> v(10, 1.0f);
+        allreduce(g, hitch::view(v), reduce_op::sum, fresh);
+        return g.constants().has_value() && automatic::measured_profile(g.state()) != nullptr;
+    });
+    CHECK(measured[0]);
+    CHECK(measured[1]);
+}
+
+TEST_CASE("a damaged automatic state is refused with corrupt_message_error and changes nothing",
+          "[allreduce][automatic]") {
+    automatic::options o;
+    o.constants = cost_constants{2e-6, 3e-10, 4e-10, -1, -1};
+    automatic source(o);
+    // A state with constants and a profile, made without a group: load, then save, a hand-built one.
+    std::vector<std::byte> blob;
+    {
+        detail::automatic_state s;
+        s.constants = *o.constants;
+        automatic_profile prof;
+        prof.measured = 2;
+        prof.bytes[0] = 4096;
+        prof.bytes[1] = 16384;
+        prof.seconds[1][0] = 1e-5;
+        s.profile = prof;
+        detail::encode_automatic_state(s, blob);
+    }
+    automatic a;
+    a.load_state(blob);
+    REQUIRE(saved(a) == blob);
+
+    std::vector<std::byte> cut(blob.begin(), blob.begin() + static_cast<std::ptrdiff_t>(blob.size() / 2));
+    CHECK(load_error(a, cut) == "hitch::allreduce::automatic::load_state: truncated: " + std::to_string(cut.size()) +
+                                    " of " + std::to_string(blob.size()) + " bytes");
+    CHECK(load_error(a, std::vector<std::byte>(blob.begin(), blob.begin() + 10)) ==
+          "hitch::allreduce::automatic::load_state: truncated: 10 of at least 24 bytes");
+    std::vector<std::byte> flipped = blob;
+    flipped[blob.size() - 3] ^= std::byte{0x40};
+    CHECK(load_error(a, flipped) == "hitch::allreduce::automatic::load_state: damaged: checksum mismatch");
+    std::vector<std::byte> foreign = blob;
+    foreign[0] = std::byte{'X'};
+    CHECK(load_error(a, foreign).find("not an automatic state (magic 0x") != std::string::npos);
+    std::vector<std::byte> newer = blob;
+    newer[8] = std::byte{9};
+    CHECK(load_error(a, newer) ==
+          "hitch::allreduce::automatic::load_state: written by a newer hitch (format 9, this build reads 1-1)");
+    std::vector<std::byte> longer = blob;
+    longer.push_back(std::byte{0});
+    CHECK(!load_error(a, longer).empty());
+    CHECK(saved(a) == blob);  // every refusal left the loaded state as it was
+}
