@@ -64,10 +64,37 @@ public:
         }
     }
 
+    /// Reads the last n bytes of `what` into `out`, which has room for n + 1: asking for one byte more makes zlib
+    /// look for the gzip trailer in the same call (a later call at the end of the input returns 0 without an error,
+    /// so a cut trailer would go unnoticed).
+    void read_last(unsigned char* out, std::size_t n, const std::string& what) {
+        std::size_t done = 0;
+        while (done < n + 1) {
+            const auto chunk = static_cast<unsigned>(std::min<std::size_t>(n + 1 - done, 1u << 30));
+            const int got = gzread(file_.get(), out + done, chunk);
+            if (got <= 0) break;
+            done += static_cast<std::size_t>(got);
+        }
+        if (done > n) {  // more than the header says: expect_end counts the rest
+            offset_ += n;
+            trailing_ = 1;
+            return;
+        }
+        offset_ += done;
+        const int code = zlib_code();
+        if (done == n && code == Z_BUF_ERROR && gzdirect(file_.get()) == 0)
+            throw data_error(path_ + ": truncated gzip stream: all " + std::to_string(offset_) +
+                             " bytes of data are there, but the gzip trailer (CRC-32 and length) is cut");
+        if (code != Z_OK && code != Z_BUF_ERROR) fail(what);
+        if (done < n)
+            throw data_error(path_ + ": truncated: " + std::to_string(offset_) + " of " + std::to_string(expected_) +
+                             " bytes" + (gzdirect(file_.get()) == 0 ? " (decompressed)" : "") + ", in " + what);
+    }
+
     /// Throws unless the (decompressed) file ends here and, for gzip, its stream is complete and intact.
     void expect_end() {
         unsigned char extra[4096];
-        std::size_t trailing = 0;
+        std::size_t trailing = trailing_;
         int got = 0;
         while ((got = gzread(file_.get(), extra, sizeof extra)) > 0) trailing += static_cast<std::size_t>(got);
         if (const int code = zlib_code(); code == Z_BUF_ERROR)
@@ -109,6 +136,7 @@ private:
     std::size_t offset_ = 0;
     std::size_t expected_ = 4;  // an IDX header's first four bytes
     bool expected_exact_ = false;
+    std::size_t trailing_ = 0;  // bytes past the data found by read_last
 };
 
 }  // namespace detail
@@ -148,12 +176,16 @@ inline idx_array read_idx(const std::filesystem::path& path) {
     in.expect_size(header_bytes + total, true);
     // Grow as the data arrives, so a corrupt header cannot make us allocate what the file does not hold.
     std::size_t done = 0;
+    const std::string what = "the data of " + shape + " bytes";
     while (done < total) {
         const std::size_t chunk = std::min<std::size_t>(total - done, std::size_t{1} << 24);
-        out.values.resize(done + chunk);
-        in.read(out.values.data() + done, chunk, "the data of " + shape + " bytes");
+        const bool last = done + chunk == total;
+        out.values.resize(done + chunk + (last ? 1 : 0));
+        if (last) in.read_last(out.values.data() + done, chunk, what);
+        else in.read(out.values.data() + done, chunk, what);
         done += chunk;
     }
+    out.values.resize(total);
     in.expect_end();
     return out;
 }
