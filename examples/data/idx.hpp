@@ -57,7 +57,7 @@ public:
                 offset_ += static_cast<std::size_t>(got);
                 continue;
             }
-            if (const int code = zlib_code(); code != Z_OK && code != Z_BUF_ERROR) fail(what);  // BUF: input ended
+            if (const int code = zlib_code(); code != Z_OK && code != Z_BUF_ERROR) fail();  // BUF: input ended
             throw data_error(path_ + ": truncated: " + std::to_string(offset_) + " of " +
                              (expected_exact_ ? "" : "at least ") + std::to_string(expected_) + " bytes" +
                              (gzdirect(file_.get()) == 0 ? " (decompressed)" : "") + ", in " + what);
@@ -84,8 +84,8 @@ public:
         const int code = zlib_code();
         if (done == n && code == Z_BUF_ERROR && gzdirect(file_.get()) == 0)
             throw data_error(path_ + ": truncated gzip stream: all " + std::to_string(offset_) +
-                             " bytes of data are there, but the gzip trailer (CRC-32 and length) is cut");
-        if (code != Z_OK && code != Z_BUF_ERROR) fail(what);
+                             " data bytes are there, its 8-byte trailer is cut");
+        if (code != Z_OK && code != Z_BUF_ERROR) fail();
         if (done < n)
             throw data_error(path_ + ": truncated: " + std::to_string(offset_) + " of " + std::to_string(expected_) +
                              " bytes" + (gzdirect(file_.get()) == 0 ? " (decompressed)" : "") + ", in " + what);
@@ -99,9 +99,9 @@ public:
         while ((got = gzread(file_.get(), extra, sizeof extra)) > 0) trailing += static_cast<std::size_t>(got);
         if (const int code = zlib_code(); code == Z_BUF_ERROR)
             throw data_error(path_ + ": truncated gzip stream: all " + std::to_string(offset_) +
-                             " bytes of data are there, but the gzip trailer (CRC-32 and length) is cut");
+                             " data bytes are there, its 8-byte trailer is cut");
         else if (code != Z_OK)
-            fail("the end of the data");
+            fail();
         if (trailing > 0)
             throw data_error(path_ + ": " + std::to_string(trailing) + " unexpected bytes after the data (at offset " +
                              std::to_string(offset_) + "): the header's dimensions do not match the file");
@@ -110,9 +110,9 @@ public:
     [[nodiscard]] const std::string& path() const { return path_; }
 
 private:
-    [[noreturn]] void fail(const std::string& what) {
-        throw data_error(path_ + ": damaged gzip stream (" + zlib_message() + "), detected while reading " + what +
-                         " at decompressed offset " + std::to_string(offset_));
+    [[noreturn]] void fail() {
+        throw data_error(path_ + ": damaged gzip stream (" + zlib_message() + ") at decompressed byte " +
+                         std::to_string(offset_));
     }
     int zlib_code() {
         int code = Z_OK;

@@ -126,7 +126,7 @@ TEST_CASE("read_idx rejects truncated and corrupt gzip streams", "[examples][dat
     // All the data but not the 8-byte trailer (CRC and length): the stream is incomplete.
     hitch_test::write_file(dir / "no-trailer.gz", bytes(gz.begin(), gz.end() - 8));
     CHECK_THROWS_WITH(data::read_idx(dir / "no-trailer.gz"),
-                      Contains("no-trailer.gz: truncated gzip stream: all 5012 bytes of data are there"));
+                      Contains("no-trailer.gz: truncated gzip stream: all 5012 data bytes are there, its 8-byte trailer is cut"));
 
     bytes flipped = gz;
     for (std::size_t i = gz.size() / 2; i < gz.size() / 2 + 16; ++i) flipped[i] ^= 0x5a;

@@ -1,5 +1,6 @@
 # ctest driver for the example trainers. -DCASE=... -DMNIST=... -DCIFAR=... -DFILES=... (tests/trainers/trainer_files)
 # -DKEYS=... (metrics_keys) -DDOCS=docs/metrics.md -DMPIEXEC=... -DWORK=...
+cmake_policy(SET CMP0007 NEW)  # the bad_options rows keep their empty last field
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 
@@ -319,14 +320,14 @@ elseif(CASE STREQUAL "bad_files")
   run(w ${FILES} cut ${fashion}/train-images-idx3-ubyte.gz "${WORK}/trailer/train-images-idx3-ubyte.gz" 26421852)
   expect_ok(w)
   run_to_file(r ${MNIST} --threads 1 --data ${WORK}/trailer)
-  expect_one_line(r 1 "train-images-idx3-ubyte.gz: truncated gzip stream: all 47040016 bytes of data are there")
+  expect_one_line(r 1 "train-images-idx3-ubyte.gz: truncated gzip stream: all 47040016 data bytes are there")
   file(WRITE "${WORK}/foreign/train-images-idx3-ubyte" "hello, this is not an IDX file\n")
   run_to_file(r ${MNIST} --threads 1 --data ${WORK}/foreign)
   expect_one_line(r 1 "train-images-idx3-ubyte: not an IDX file (magic 0x68656c6c")
   run(w ${FILES} damage ${fashion}/train-images-idx3-ubyte.gz "${WORK}/damaged/train-images-idx3-ubyte.gz" 5000000)
   expect_ok(w)
   run_to_file(r ${MPIEXEC} -n 2 ${MNIST} --data ${WORK}/damaged)
-  expect_one_line(r 1 "train-images-idx3-ubyte.gz: damaged gzip stream")
+  expect_one_line(r 1 "train-images-idx3-ubyte.gz: damaged gzip stream (incorrect data check) at decompressed byte 33554448")
   # A CIFAR-10 file 100 bytes short of its 200 records.
   run(w ${FILES} cifar ${WORK}/cifar 200)
   expect_ok(w)
