@@ -25,9 +25,14 @@ inline void read_cifar_file(const std::filesystem::path& path, std::vector<std::
     if (!std::filesystem::is_regular_file(path, ec)) throw data_error(path.string() + ": no such file");
     const auto bytes = std::filesystem::file_size(path, ec);
     if (ec) throw data_error(path.string() + ": cannot read its size: " + ec.message());
-    if (bytes == 0 || bytes % cifar_record != 0)
-        throw data_error(path.string() + ": " + std::to_string(bytes) + " bytes is not a whole number of " +
-                         std::to_string(cifar_record) + "-byte CIFAR-10 records (truncated or not CIFAR-10)");
+    if (bytes == 0) throw data_error(path.string() + ": the file is empty (a CIFAR-10 file holds 3073-byte records)");
+    if (bytes % cifar_record != 0) {
+        // The format has no header: the whole records the file would hold are all it can say it expected.
+        const std::size_t records = bytes / cifar_record + 1;
+        throw data_error(path.string() + ": truncated: " + std::to_string(bytes) + " of " +
+                         std::to_string(records * cifar_record) + " bytes (record " + std::to_string(records - 1) +
+                         " of the " + std::to_string(cifar_record) + "-byte CIFAR-10 records is cut)");
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in) throw data_error(path.string() + ": cannot open the file");
     const std::size_t records = bytes / cifar_record, plane = cifar_side * cifar_side;

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -25,7 +26,8 @@ struct idx_array {
 
 namespace detail {
 
-/// A gzip (or raw) input file with reads that either deliver every byte asked for or throw.
+/// A gzip (or raw) input file with reads that either deliver every byte asked for or throw. Sizes in messages are
+/// of the decompressed data, the figures the IDX header's dimensions speak of.
 class gz_reader {
 public:
     explicit gz_reader(const std::filesystem::path& path) : path_(path.string()) {
@@ -36,6 +38,13 @@ public:
         if (!file_) throw data_error(path_ + ": cannot open the file");
     }
 
+    /// The size the file must have, once the header says it, for "truncated: N of M bytes"; before that, the
+    /// least size it can have (`exact` false).
+    void expect_size(std::size_t bytes, bool exact) {
+        expected_ = bytes;
+        expected_exact_ = exact;
+    }
+
     /// Reads exactly n bytes of `what` (for the message) or throws: truncated file, corrupt gzip stream.
     void read(void* out, std::size_t n, const std::string& what) {
         auto* p = static_cast<unsigned char*>(out);
@@ -43,41 +52,72 @@ public:
         while (done < n) {
             const auto chunk = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
             const int got = gzread(file_.get(), p + done, chunk);
-            if (got < 0) fail(what);
-            if (got == 0)
-                throw data_error(path_ + ": truncated: the data ends after " + std::to_string(offset_) +
-                                 " bytes, in " + what + " (" + std::to_string(n - done) + " more bytes expected)" +
-                                 gzip_state());
-            done += static_cast<std::size_t>(got);
-            offset_ += static_cast<std::size_t>(got);
+            if (got > 0) {
+                done += static_cast<std::size_t>(got);
+                offset_ += static_cast<std::size_t>(got);
+                continue;
+            }
+            if (const int code = zlib_code(); code != Z_OK && code != Z_BUF_ERROR) fail();  // BUF: input ended
+            throw data_error(path_ + ": truncated: " + std::to_string(offset_) + " of " +
+                             (expected_exact_ ? "" : "at least ") + std::to_string(expected_) + " bytes" +
+                             (gzdirect(file_.get()) == 0 ? " (decompressed)" : "") + ", in " + what);
         }
+    }
+
+    /// Reads the last n bytes of `what` into `out`, which has room for n + 1: asking for one byte more makes zlib
+    /// look for the gzip trailer in the same call (a later call at the end of the input returns 0 without an error,
+    /// so a cut trailer would go unnoticed).
+    void read_last(unsigned char* out, std::size_t n, const std::string& what) {
+        std::size_t done = 0;
+        while (done < n + 1) {
+            const auto chunk = static_cast<unsigned>(std::min<std::size_t>(n + 1 - done, 1u << 30));
+            const int got = gzread(file_.get(), out + done, chunk);
+            if (got <= 0) break;
+            done += static_cast<std::size_t>(got);
+        }
+        if (done > n) {  // more than the header says: expect_end counts the rest
+            offset_ += n;
+            trailing_ = 1;
+            return;
+        }
+        offset_ += done;
+        const int code = zlib_code();
+        if (done == n && code == Z_BUF_ERROR && gzdirect(file_.get()) == 0)
+            throw data_error(path_ + ": truncated gzip stream: all " + std::to_string(offset_) +
+                             " data bytes are there, its 8-byte trailer is cut");
+        if (code != Z_OK && code != Z_BUF_ERROR) fail();
+        if (done < n)
+            throw data_error(path_ + ": truncated: " + std::to_string(offset_) + " of " + std::to_string(expected_) +
+                             " bytes" + (gzdirect(file_.get()) == 0 ? " (decompressed)" : "") + ", in " + what);
     }
 
     /// Throws unless the (decompressed) file ends here and, for gzip, its stream is complete and intact.
     void expect_end() {
         unsigned char extra[4096];
-        std::size_t trailing = 0;
-        for (int got; (got = gzread(file_.get(), extra, sizeof extra)) != 0;) {
-            if (got < 0) fail("the end of the data");
-            trailing += static_cast<std::size_t>(got);
-        }
+        std::size_t trailing = trailing_;
+        int got = 0;
+        while ((got = gzread(file_.get(), extra, sizeof extra)) > 0) trailing += static_cast<std::size_t>(got);
+        if (const int code = zlib_code(); code == Z_BUF_ERROR)
+            throw data_error(path_ + ": truncated gzip stream: all " + std::to_string(offset_) +
+                             " data bytes are there, its 8-byte trailer is cut");
+        else if (code != Z_OK)
+            fail();
         if (trailing > 0)
             throw data_error(path_ + ": " + std::to_string(trailing) + " unexpected bytes after the data (at offset " +
                              std::to_string(offset_) + "): the header's dimensions do not match the file");
-        if (const std::string message = zlib_message(); !message.empty())
-            throw data_error(path_ + ": corrupt or truncated gzip stream (" + message + ")");
     }
 
     [[nodiscard]] const std::string& path() const { return path_; }
 
 private:
-    [[noreturn]] void fail(const std::string& what) {
-        throw data_error(path_ + ": corrupt gzip stream (" + zlib_message() + "), detected while reading " + what +
-                         " at decompressed offset " + std::to_string(offset_));
+    [[noreturn]] void fail() {
+        throw data_error(path_ + ": damaged gzip stream (" + zlib_message() + ") at decompressed byte " +
+                         std::to_string(offset_));
     }
-    std::string gzip_state() {
-        const std::string message = zlib_message();
-        return message.empty() ? message : " (gzip: " + message + ")";
+    int zlib_code() {
+        int code = Z_OK;
+        (void)gzerror(file_.get(), &code);
+        return code;
     }
     /// zlib's description of the stream's error, empty if none (zlib prefixes it with the path: dropped).
     std::string zlib_message() {
@@ -94,6 +134,9 @@ private:
     std::string path_;
     std::unique_ptr<gzFile_s, closer> file_;
     std::size_t offset_ = 0;
+    std::size_t expected_ = 4;  // an IDX header's first four bytes
+    bool expected_exact_ = false;
+    std::size_t trailing_ = 0;  // bytes past the data found by read_last
 };
 
 }  // namespace detail
@@ -102,20 +145,25 @@ private:
 inline idx_array read_idx(const std::filesystem::path& path) {
     detail::gz_reader in(path);
     unsigned char header[4];
-    in.read(header, 4, "the header");
-    if (header[0] != 0 || header[1] != 0)
-        throw data_error(in.path() + ": not an IDX file (the magic number starts with bytes " +
-                         std::to_string(header[0]) + ", " + std::to_string(header[1]) + " instead of 0, 0)");
+    in.read(header, 4, "the IDX header");
+    if (header[0] != 0 || header[1] != 0) {
+        char magic[16];
+        std::snprintf(magic, sizeof magic, "0x%02x%02x%02x%02x", header[0], header[1], header[2], header[3]);
+        throw data_error(in.path() + ": not an IDX file (magic " + magic +
+                         "; an IDX file of bytes starts 0x00000801 to 0x00000804)");
+    }
     if (header[2] != 0x08)
         throw data_error(in.path() + ": IDX element type " + std::to_string(header[2]) +
                          " is not supported (only 8 = unsigned byte)");
     if (header[3] < 1 || header[3] > 4)
         throw data_error(in.path() + ": IDX dimension count " + std::to_string(header[3]) + " is outside [1, 4]");
+    const std::size_t header_bytes = 4 + 4 * std::size_t{header[3]};
+    in.expect_size(header_bytes, false);
     idx_array out;
     std::size_t total = 1;
     for (int d = 0; d < header[3]; ++d) {
         unsigned char be[4];
-        in.read(be, 4, "dimension " + std::to_string(d));
+        in.read(be, 4, "the IDX header");
         const std::size_t n = std::size_t{be[0]} << 24 | std::size_t{be[1]} << 16 | std::size_t{be[2]} << 8 | be[3];
         out.dims.push_back(n);
         constexpr std::size_t limit = std::size_t{1} << 40;  // also keeps the product from overflowing
@@ -123,15 +171,21 @@ inline idx_array read_idx(const std::filesystem::path& path) {
             throw data_error(in.path() + ": the IDX dimensions describe more than 2^40 values");
         total *= n;
     }
+    std::string shape;
+    for (const std::size_t n : out.dims) shape += (shape.empty() ? "" : " x ") + std::to_string(n);
+    in.expect_size(header_bytes + total, true);
     // Grow as the data arrives, so a corrupt header cannot make us allocate what the file does not hold.
     std::size_t done = 0;
+    const std::string what = "the data of " + shape + " bytes";
     while (done < total) {
         const std::size_t chunk = std::min<std::size_t>(total - done, std::size_t{1} << 24);
-        out.values.resize(done + chunk);
-        in.read(out.values.data() + done, chunk,
-                "the data (" + std::to_string(total) + " values after the header)");
+        const bool last = done + chunk == total;
+        out.values.resize(done + chunk + (last ? 1 : 0));
+        if (last) in.read_last(out.values.data() + done, chunk, what);
+        else in.read(out.values.data() + done, chunk, what);
         done += chunk;
     }
+    out.values.resize(total);
     in.expect_end();
     return out;
 }

@@ -1,27 +1,35 @@
 #pragma once
-// The trainers' command line (CLI11) and main(): parse, load the data once per process, run on MPI ranks
-// (mpiexec -n N) or on threads (--threads N), plot, and print one JSON object as the last line.
+// The trainers' main(): parse, check, load the data once per process, run on MPI ranks (mpiexec -n N) or on threads
+// (--threads N), plot, and print one JSON object as the last line (summary.hpp).
+//
+// A mistake is one line on stderr. Mistakes on the command line (exit status 2) are found before MPI starts: every
+// rank finds the same one and only the launcher's rank 0 prints it. Mistakes found once the ranks are known (a batch
+// that does not split, a checkpoint of another rank count) and failures to load data are agreed on by all ranks:
+// the lowest rank that failed prints, and every rank leaves through MPI_Finalize, so the launcher forwards the line.
+// A failure during training (exit status 1) aborts the other ranks, after a pause that lets the line through.
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 #include <exception>
 #include <functional>
-#include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
+#include "checkpoint_files.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/comm/mpi.hpp"
 #include "nn/blas.hpp"
+#include "options.hpp"
 #include "plot.hpp"
-#include "schedule_by_name.hpp"
+#include "summary.hpp"
 #include "train.hpp"
 
 namespace hitch_examples {
@@ -29,70 +37,8 @@ namespace hitch_examples {
 /// Builds the task (data and model) for a configuration; `keep` holds whatever the task points into.
 using task_factory = std::function<task(const train_config&, std::shared_ptr<void>& keep)>;
 
-struct example_info {
-    std::string program;                  // "hitch-mnist"
-    std::string example;                  // "mnist"
-    std::vector<std::string> models;      // {"mlp", "cnn"}
-    train_config defaults;
-};
-
-inline void add_options(CLI::App& app, train_config& c, const example_info& info) {
-    const auto names = [](std::vector<std::string> v) { return CLI::IsMember(std::move(v)); };
-    app.add_option("--model", c.model, "Model")->check(names(info.models))->capture_default_str();
-    app.add_option("--optimizer", c.optimizer, "Optimizer")->check(names(optimizer_names()))->capture_default_str();
-    app.add_option("--compressor", c.compressor, "Gradient compressor")
-        ->check(names(compressor_names()))
-        ->capture_default_str();
-    app.add_option("--sync", c.sync, "Synchronisation policy")->check(names(sync_names()))->capture_default_str();
-    app.add_option("--allreduce", c.allreduce, "All-reduce schedule")
-        ->check(names(schedule_by_name::names()))
-        ->capture_default_str();
-    app.add_option("--lr-schedule", c.lr_schedule, "Learning-rate schedule")
-        ->check(names(lr_schedule_names()))
-        ->capture_default_str();
-    app.add_option("--batch-size", c.batch_size, "Global batch size (split over the ranks)")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
-    app.add_option("--epochs", c.epochs, "Epochs")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--lr", c.lr, "Peak learning rate for the global batch")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--warmup-epochs", c.warmup_epochs, "Linear warm-up from lr/10 (Goyal et al. 2017)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    app.add_option("--momentum", c.momentum, "Momentum (momentum, nesterov, lars)")->check(CLI::Range(0.0, 0.9999))->capture_default_str();
-    app.add_option("--weight-decay", c.weight_decay, "Weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
-    app.add_option("--lars-eta", c.lars_eta, "LARS trust coefficient")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--seed", c.seed, "Seed of the model initialisation and the data order")->capture_default_str();
-    app.add_option("--density", c.density, "Fraction sent by topk, dgc, randomk")->check(CLI::Range(1e-6, 1.0))->capture_default_str();
-    app.add_option("--tau", c.threshold_tau, "Threshold of Strom's codec")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--onebit-group", c.onebit_group, "Elements per pair of onebit reconstruction values (0: whole bucket)")
-        ->check([](const std::string& v) {
-            return !v.empty() && v.size() < 12 && v.find_first_not_of("0123456789") == std::string::npos &&
-                           std::stoull(v) % 8 == 0
-                       ? std::string{}
-                       : std::string("must be 0 or a positive multiple of 8");
-        })
-        ->capture_default_str();
-    app.add_option("--terngrad-clip", c.terngrad_clip, "TernGrad clipping at c standard deviations (0: off)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    app.add_option("--qsgd-levels", c.qsgd_levels, "QSGD levels s")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
-    app.add_option("--powersgd-rank", c.powersgd_rank, "PowerSGD rank r")->check(CLI::Range(1, 64))->capture_default_str();
-    app.add_option("--local-sgd-period", c.local_sgd_period, "Local steps between averages")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--bucket-mib", c.bucket_mib, "Gradient bucket size in MiB")->check(CLI::Range(1e-4, 1024.0))->capture_default_str();
-    app.add_option("--checkpoint", c.checkpoint, "Write a checkpoint after every epoch (prefix; one file per rank)");
-    app.add_option("--resume", c.resume, "Resume from a checkpoint prefix written by --checkpoint");
-    app.add_option("--metrics", c.metrics, "Per-step metrics as JSON lines (rank 0; others append .rank<r>)");
-    app.add_option("--timeline", c.timeline, "Chrome trace-event timeline (rank 0; others append .rank<r>)");
-    app.add_option("--plot", c.plot, "Draw loss and test accuracy against time and epochs into this PNG");
-    app.add_option("--data", c.data, "Directory of the data set")->capture_default_str();
-    app.add_option("--threads", c.threads, "Run N ranks as threads of this process (comm::local) instead of MPI")
-        ->check(CLI::Range(0, 64));
-    app.add_option("--blas-threads", c.blas_threads, "OpenBLAS threads per rank")->check(CLI::Range(1, 64))->capture_default_str();
-    app.add_flag("--synthetic", c.synthetic, "Random data of the data set's shape (measures throughput)");
-    app.add_option("--synthetic-samples", c.synthetic_samples, "Training samples of --synthetic")->check(CLI::PositiveNumber);
-    app.add_option("--max-steps", c.max_steps, "Stop after this many steps (0: all epochs)");
-    app.add_flag("!--no-progress-bar", c.progress_bar, "Plain progress lines even on a terminal");
-}
+/// Exit statuses: a usage error (the command line, or options that cannot work together), a failure of the run.
+inline constexpr int exit_usage = 2, exit_failure = 1;
 
 /// OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to slower kernels; it reads its kernel choice
 /// (OPENBLAS_CORETYPE) only when it is loaded, so the program restarts itself once with the faster choice set.
@@ -105,6 +51,61 @@ inline void prefer_faster_blas_kernels(char** argv) {
     }
 }
 
+/// This process's rank as the launcher (MPICH's Hydra, Open MPI, PMIx, Slurm) tells it, before MPI starts; 0 when
+/// it was not started by one.
+inline int launcher_rank() {
+    for (const char* name : {"PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
+        if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::atoi(v);
+    return 0;
+}
+
+namespace detail {
+
+inline void print_line(const std::string& program, const std::string& message) {
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), message.c_str());
+    std::fflush(stderr);
+}
+
+/// Nodes the MPI ranks run on: ranks that share memory are on one node (MPI_COMM_TYPE_SHARED).
+inline int count_nodes() {
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int node_rank = 0;
+    MPI_Comm_rank(node, &node_rank);
+    MPI_Comm_free(&node);
+    int leaders = node_rank == 0 ? 1 : 0, nodes = 0;
+    MPI_Allreduce(&leaders, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    return nodes;
+}
+
+/// Runs `f` on every rank; when it throws on any, the lowest such rank prints its line and every rank learns the
+/// exit status (0: none failed). Collective over MPI_COMM_WORLD when `mpi`.
+template <class F>
+int agree_on_failure(bool mpi, int rank, int size, const std::string& program, F&& f) {
+    int status = 0;
+    std::string message;
+    try {
+        f();
+    } catch (const usage_error& e) {
+        status = exit_usage, message = e.what();
+    } catch (const std::exception& e) {
+        status = exit_failure, message = e.what();
+    }
+    if (!mpi) {
+        if (status != 0) print_line(program, message);
+        return status;
+    }
+    const int mine = status != 0 ? rank : size;
+    int first = size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == size) return 0;
+    if (first == rank) print_line(program, size > 1 && rank > 0 ? "rank " + std::to_string(rank) + ": " + message : message);
+    MPI_Bcast(&status, 1, MPI_INT, first, MPI_COMM_WORLD);
+    return status;
+}
+
+}  // namespace detail
+
 /// Runs the trainer; returns the process exit status.
 inline int run_main(int argc, char** argv, const example_info& info, const task_factory& make_task) {
     prefer_faster_blas_kernels(argv);
@@ -114,21 +115,28 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
     add_options(app, config, info);
     std::vector<std::string> compare;
     app.add_option("--plot-compare", compare, "Only draw --plot from these metrics files (no training)")->check(CLI::ExistingFile);
+    const bool speaks = launcher_rank() == 0;  // every rank finds the same mistake on the command line
     try {
         app.parse(argc, argv);
+        check_combination(config, config.threads);  // 0 ranks: not known before MPI starts
+        if (!compare.empty() && config.plot.empty()) throw usage_error("--plot-compare needs --plot FILE.png");
+    } catch (const CLI::CallForHelp& e) {
+        return speaks ? app.exit(e) : 0;
+    } catch (const CLI::CallForAllHelp& e) {
+        return speaks ? app.exit(e) : 0;
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (speaks) detail::print_line(info.program, std::string(e.what()) + " (--help lists the options)");
+        return exit_usage;
+    } catch (const usage_error& e) {
+        if (speaks) detail::print_line(info.program, e.what());
+        return exit_usage;
     }
     if (!compare.empty()) {
-        if (config.plot.empty()) {
-            std::cerr << info.program << ": --plot-compare needs --plot FILE.png\n";
-            return 2;
-        }
         try {
             plot_metrics(compare, config.plot);
         } catch (const std::exception& e) {
-            std::cerr << info.program << ": " << e.what() << '\n';
-            return 1;
+            detail::print_line(info.program, e.what());
+            return exit_failure;
         }
         std::printf("wrote %s\n", config.plot.c_str());
         return 0;
@@ -138,18 +146,28 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
     const bool on_threads = config.threads > 0;
     std::unique_ptr<hitch::comm::mpi_environment> env;
     if (!on_threads) env = std::make_unique<hitch::comm::mpi_environment>(argc, argv);
-    int world_rank = 0, world_size = 1;
+    int world_rank = 0, world_size = 1, nodes = 1;
     if (!on_threads) {
         MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
         MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+        nodes = detail::count_nodes();
     } else {
         world_size = config.threads;
     }
     nn::set_blas_threads(config.blas_threads);
 
+    std::shared_ptr<void> keep;
+    task t;
+    const int status = detail::agree_on_failure(!on_threads, world_rank, world_size, info.program, [&] {
+        check_combination(config, world_size);
+        if (!config.resume.empty())
+            if (const std::string problem = resume_problem("--resume", config.resume, world_size); !problem.empty())
+                throw usage_error(problem);
+        t = make_task(config, keep);
+    });
+    if (status != 0) return status;
+
     try {
-        std::shared_ptr<void> keep;
-        const task t = make_task(config, keep);
         if (world_rank == 0)
             std::printf("%s: %s on %d %s, %zu training and %zu test samples, optimizer %s, compressor %s, sync %s, "
                         "all-reduce %s, BLAS kernels %s\n",
@@ -172,27 +190,17 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
                 plot_metrics({config.metrics}, config.plot);
                 std::printf("wrote %s\n", config.plot.c_str());
             }
-            nlohmann::ordered_json j;
-            j["example"] = info.example;
-            j["model"] = config.model;
-            j["ranks"] = world_size;
-            j["optimizer"] = config.optimizer;
-            j["compressor"] = config.compressor;
-            j["sync"] = config.sync;
-            j["allreduce"] = config.allreduce;
-            j["epochs"] = result.epochs_run;
-            j["batch_size"] = config.batch_size;
-            j["test_accuracy"] = result.test_accuracy;
-            j["train_seconds"] = result.train_seconds;
-            j["samples_per_s"] = result.samples_per_s;
-            std::printf("%s\n", j.dump().c_str());
+            std::printf("%s\n", summary_line(info.example, config, world_size, nodes, result).c_str());
             std::fflush(stdout);
         }
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "%s: rank %d: %s\n", info.program.c_str(), world_rank, e.what());
-        std::fflush(stderr);
-        if (!on_threads && world_size > 1) MPI_Abort(MPI_COMM_WORLD, 1);  // release the other ranks at once
-        return 1;
+        detail::print_line(info.program, on_threads ? e.what() : "rank " + std::to_string(world_rank) + ": " + e.what());
+        if (!on_threads && world_size > 1) {
+            // MPI_Abort ends the launcher's readers of this process's output with it: give them a moment.
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            MPI_Abort(MPI_COMM_WORLD, exit_failure);  // release the other ranks at once
+        }
+        return exit_failure;
     }
     return 0;
 }

@@ -4,6 +4,7 @@
 #include "hitch/comm/local.hpp"
 #include "hitch/comm/mpi.hpp"
 #include "registry.hpp"
+#include "schedule_by_name.hpp"
 
 namespace hitch_examples {
 
@@ -16,26 +17,32 @@ std::vector<std::string> lr_schedule_names() {
     return {"constant", "step", "multistep", "cosine", "polynomial", "onecycle", "cyclical"};
 }
 
-/// DGC's momentum correction is the optimizer's momentum moved before the sparsification (Lin et al. 2018), so
-/// "--optimizer momentum --compressor dgc" runs plain SGD on what DGC sends, with DGC keeping the momentum (see
-/// make_compressor); stacking both momenta would square the step and diverge.
-std::string optimizer_type_name(const train_config& c) {
-    if (c.compressor != "dgc") return c.optimizer;
-    if (c.optimizer == "sgd" || c.optimizer == "momentum" || c.optimizer == "nesterov") return "sgd";
-    throw std::invalid_argument("--compressor dgc applies momentum itself (momentum correction, Lin et al. 2018); it "
-                                "takes --optimizer sgd, momentum or nesterov (got '" + c.optimizer + "')");
+/// The optimizer type the run instantiates. DGC's momentum correction is the optimizer's momentum moved before the
+/// sparsification (Lin et al. 2018), so "--optimizer momentum --compressor dgc" runs plain SGD on what DGC sends,
+/// with DGC keeping the momentum (see make_compressor); stacking both momenta would square the step and diverge.
+std::string optimizer_type_name(const train_config& c) { return c.compressor == "dgc" ? "sgd" : c.optimizer; }
+
+void check_combination(const train_config& c, int ranks) {
+    if (c.sync == "local_sgd" && c.compressor != "none")
+        throw usage_error("--sync local_sgd averages parameters, not gradients; it takes --compressor none (got '" +
+                          c.compressor + "')");
+    if (c.compressor == "dgc" && c.optimizer != "sgd" && c.optimizer != "momentum" && c.optimizer != "nesterov")
+        throw usage_error("--compressor dgc applies momentum itself (momentum correction, Lin et al. 2018); it takes "
+                          "--optimizer sgd, momentum or nesterov (got '" + c.optimizer + "')");
+    if (c.threads > 0 && c.allreduce == "native") throw usage_error(std::string(schedule_by_name::native_needs_mpi));
+    if (ranks > 0 && c.batch_size % static_cast<std::size_t>(ranks) != 0)
+        throw usage_error("--batch-size " + std::to_string(c.batch_size) + " does not split evenly over " +
+                          std::to_string(ranks) + " ranks");
 }
 
 template <class C>
 train_result train(C& comm, const train_config& c, const task& t) {
+    check_combination(c, comm.size());
     return with_optimizer(optimizer_type_name(c), [&](auto o) {
         using O = typename decltype(o)::type;
         return with_sync(c.sync, [&](auto p) {
             using P = typename decltype(p)::type;
             if constexpr (std::is_same_v<P, hitch::sync::local_sgd>) {
-                if (c.compressor != "none")
-                    throw std::invalid_argument("--sync local_sgd averages parameters, not gradients; it takes "
-                                                "--compressor none (got '" + c.compressor + "')");
                 return train_with<O, hitch::compress::none, P, C>(comm, c, t);
             } else {
                 return with_compressor(c.compressor, [&](auto x) -> train_result {

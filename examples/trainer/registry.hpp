@@ -28,6 +28,7 @@
 #include "hitch/optim/sgd.hpp"
 #include "hitch/sync/hard.hpp"
 #include "hitch/sync/local_sgd.hpp"
+#include "option_values.hpp"
 #include "train.hpp"
 
 namespace hitch_examples {
@@ -37,11 +38,9 @@ struct tag {
     using type = T;
 };
 
-/// Throws std::invalid_argument: "--flag: 'x' is not one of a, b, c".
+/// Throws usage_error: "--flag: 'x' is not one of a, b, c".
 [[noreturn]] inline void unknown_name(std::string_view flag, std::string_view name, const std::vector<std::string>& valid) {
-    std::string list;
-    for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
-    throw std::invalid_argument(std::string(flag) + ": '" + std::string(name) + "' is not one of " + list);
+    throw usage_error(not_one_of(flag, name, valid));
 }
 
 // ---- optimizers -------------------------------------------------------------------------------------------------

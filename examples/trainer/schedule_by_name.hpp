@@ -2,9 +2,12 @@
 // An all-reduce schedule chosen by name at run time. It models hitch::allreduce_schedule by forwarding to the
 // schedule it holds, so the trainers instantiate data_parallel once per (optimizer, compressor, sync policy) and
 // still let --allreduce pick any of hitch's schedules. A schedule of your own plugs in the same way. `native` (MPI's
-// own MPI_Allreduce) exists only on comm::mpi; on other communicators it is refused when the run starts.
+// own MPI_Allreduce) exists only on comm::mpi; on other communicators it is refused when the run starts. It also
+// records which schedules actually ran (for `automatic`: the one it picked each time), for the run's summary line.
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -32,6 +35,10 @@ public:
     };
     static constexpr std::string_view name = "by_name";
 
+    /// Why `native` cannot run on threads (the trainers refuse the combination before they start).
+    static constexpr std::string_view native_needs_mpi =
+        "--allreduce native is MPI's own all-reduce: it needs MPI ranks, not --threads";
+
     schedule_by_name() = default;
     explicit schedule_by_name(const options& o) {
         o.validate();
@@ -53,6 +60,11 @@ public:
         return {"automatic", "ring", "recursive_doubling", "rabenseifner", "binary_tree", "double_binary_tree",
                 "hierarchical", "parameter_server", "native"};
     }
+    /// The schedules that ran on more than one rank, in the order of their first run (copies share the record).
+    [[nodiscard]] std::vector<std::string> used() const {
+        std::lock_guard lock(used_->m);
+        return {used_->names.begin(), used_->names.end()};
+    }
     [[nodiscard]] std::string_view chosen() const {
         return std::visit([](const auto& s) { return std::string_view(std::decay_t<decltype(s)>::name); }, held_);
     }
@@ -65,14 +77,39 @@ public:
     void run(hitch::allreduce::transport<C>& t, std::span<T> data, hitch::allreduce::reduce_op op) const {
         std::visit(
             [&](const auto& s) {
-                if constexpr (requires { s.run(t, data, op); }) s.run(t, data, op);
-                else throw std::invalid_argument("--allreduce native is MPI's own all-reduce: it needs MPI ranks, "
-                                                 "not --threads");
+                if constexpr (requires { s.run(t, data, op); }) {
+                    s.run(t, data, op);
+                    if (t.size() > 1) record(ran(s, t, data.size_bytes()));
+                } else {
+                    throw std::invalid_argument(std::string(native_needs_mpi));
+                }
             },
             held_);
     }
 
 private:
+    /// The schedule that carried the call: `automatic`'s pick for this size (after the call, so it is the one
+    /// the call took: the same inputs give the same pick), or the schedule itself.
+    template <class S, class C>
+    static std::string_view ran(const S& s, hitch::allreduce::transport<C>& t, std::size_t n_bytes) {
+        if constexpr (std::is_same_v<S, hitch::allreduce::automatic>) {
+            const auto profile = s.profile_for(t);
+            return s.choose(t.size(), n_bytes, s.constants_for(t), profile.get());
+        } else {
+            return S::name;
+        }
+    }
+    void record(std::string_view schedule) const {
+        std::lock_guard lock(used_->m);
+        if (std::find(used_->names.begin(), used_->names.end(), schedule) == used_->names.end())
+            used_->names.push_back(schedule);
+    }
+
+    struct used_record {
+        std::mutex m;
+        std::vector<std::string_view> names;  // schedule names are static strings
+    };
+    std::shared_ptr<used_record> used_ = std::make_shared<used_record>();
     std::variant<hitch::allreduce::automatic, hitch::allreduce::ring, hitch::allreduce::recursive_doubling,
                  hitch::allreduce::rabenseifner, hitch::allreduce::binary_tree, hitch::allreduce::double_binary_tree,
                  hitch::allreduce::hierarchical<>, hitch::allreduce::parameter_server, hitch::allreduce::native>

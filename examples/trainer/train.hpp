@@ -63,6 +63,10 @@ struct train_result {
     double train_seconds = 0.0;
     double samples_per_s = 0.0;
     std::size_t epochs_run = 0;
+    /// What carried the gradients (or, under local SGD, the parameters) between the ranks, in the order of first
+    /// use: the all-reduce schedules that ran (`automatic` resolved to its picks), or the compressed exchange
+    /// (compressed_ring, allgather). Empty on one rank.
+    std::vector<std::string> exchange;
 };
 
 /// The data and model a trainer trains.
@@ -82,6 +86,11 @@ train_result train_with(Communicator& comm, const train_config& config, const ta
 /// std::invalid_argument listing the valid names when one is unknown.
 template <class Communicator>
 train_result train(Communicator& comm, const train_config& config, const task& t);
+
+/// Throws usage_error naming both sides when options that each make sense cannot work together (local SGD with a
+/// compressor, DGC with a second momentum, MPI's own all-reduce on threads, a batch that does not split over
+/// `ranks`; 0: not known yet). train() checks it first.
+void check_combination(const train_config& config, int ranks);
 
 /// The names each flag accepts.
 std::vector<std::string> optimizer_names();

@@ -16,6 +16,7 @@
 
 #include "data/sampler.hpp"
 #include "hitch/allreduce/allreduce.hpp"
+#include "hitch/compress/aggregate.hpp"
 #include "hitch/comm/agree.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/lr.hpp"
@@ -101,9 +102,6 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     using dp_t = hitch::data_parallel<O, X, P, schedule_by_name>;
     const int p = comm.size();
     const int rank = comm.rank();
-    if (config.batch_size % static_cast<std::size_t>(p) != 0)
-        throw std::invalid_argument("--batch-size " + std::to_string(config.batch_size) + " does not split evenly over " +
-                                    std::to_string(p) + " ranks");
     const std::size_t local_batch = config.batch_size / static_cast<std::size_t>(p);
     const data::dataset& train_set = *t.train;
     const data::dataset& test_set = *t.test;
@@ -254,6 +252,13 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     r.train_seconds = train_seconds;
     r.samples_per_s = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0.0;
     r.epochs_run = epoch - first_epoch;
+    constexpr auto path = hitch::compress::aggregation_path_of<X>;
+    if constexpr (path == hitch::compress::aggregation_path::compressed_ring ||
+                  path == hitch::compress::aggregation_path::allgather) {
+        if (p > 1) r.exchange = {std::string(hitch::compress::name(path))};
+    } else {
+        r.exchange = o.schedule.used();  // dp holds a copy of o.schedule; copies share what they record
+    }
     // Every rank reports the slowest rank's time (the run is as fast as its slowest replica).
     const auto times = hitch::comm::allgather_value(comm, r.train_seconds);
     r.train_seconds = *std::max_element(times.begin(), times.end());

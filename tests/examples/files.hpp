@@ -55,6 +55,26 @@ inline void write_gzip(const std::filesystem::path& path, const bytes& content) 
     if (written != static_cast<int>(content.size())) throw std::runtime_error("gzwrite failed for " + path.string());
 }
 
+/// How many bytes a gzip stream decompresses to before it ends or breaks (inflate, not gzread).
+inline std::size_t inflated_size(const bytes& gz) {
+    z_stream z{};
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw std::runtime_error("inflateInit2 failed");
+    z.next_in = const_cast<Bytef*>(gz.data());
+    z.avail_in = static_cast<uInt>(gz.size());
+    std::vector<Bytef> out(1 << 16);
+    std::size_t total = 0;
+    int status = Z_OK;
+    while (status == Z_OK) {
+        z.next_out = out.data();
+        z.avail_out = static_cast<uInt>(out.size());
+        status = inflate(&z, Z_NO_FLUSH);
+        total += out.size() - z.avail_out;
+        if (status == Z_BUF_ERROR || (status == Z_OK && z.avail_in == 0 && z.avail_out != 0)) break;
+    }
+    inflateEnd(&z);
+    return total;
+}
+
 /// An IDX file of unsigned bytes: magic 0 0 0x08 ndims, big-endian dimensions, values.
 inline bytes idx_bytes(const std::vector<std::uint32_t>& dims, const bytes& values) {
     bytes out{0, 0, 0x08, static_cast<std::uint8_t>(dims.size())};

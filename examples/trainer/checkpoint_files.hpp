@@ -1,0 +1,60 @@
+#pragma once
+// What a --resume prefix holds on disk, read before any data is loaded: data_parallel writes one file per rank,
+// "<prefix>.rank<r>-of-<p>", and reads only the files of the rank count it runs on, so a checkpoint written by
+// another number of ranks is refused here with what is on disk, instead of as a file that cannot be opened.
+
+#include <cstdio>
+#include <filesystem>
+#include <iterator>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+
+namespace hitch_examples {
+
+/// For each rank count p with files under `prefix`, the ranks r whose "<prefix>.rank<r>-of-<p>" exists.
+inline std::map<int, std::set<int>> checkpoint_files(const std::filesystem::path& prefix) {
+    std::map<int, std::set<int>> found;
+    const std::string stem = prefix.filename().string() + ".rank";
+    const std::filesystem::path dir = prefix.has_parent_path() ? prefix.parent_path() : ".";
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (!name.starts_with(stem)) continue;
+        int r = -1, p = -1;
+        const std::string rest = name.substr(stem.size());
+        if (std::sscanf(rest.c_str(), "%d-of-%d", &r, &p) != 2) continue;
+        if (r >= 0 && p > 0 && r < p && std::to_string(r) + "-of-" + std::to_string(p) == rest) found[p].insert(r);
+    }
+    return found;
+}
+
+/// Empty when `prefix` has a file for every one of `ranks` ranks; else one line saying what is on disk and what
+/// this run has (`flag` names the option, "--resume").
+inline std::string resume_problem(std::string_view flag, const std::filesystem::path& prefix, int ranks) {
+    const auto found = checkpoint_files(prefix);
+    const std::string head = std::string(flag) + " " + prefix.string() + ": ";
+    const auto plural = [](int n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
+    if (found.empty())
+        return head + "no checkpoint files " + prefix.filename().string() + ".rank<r>-of-<p> found";
+    if (const auto it = found.find(ranks); it != found.end()) {
+        for (int r = 0; r < ranks; ++r)
+            if (!it->second.contains(r))
+                return head + "the file of rank " + std::to_string(r) + " (" + prefix.filename().string() + ".rank" +
+                       std::to_string(r) + "-of-" + std::to_string(ranks) + ") is missing; " +
+                       std::to_string(it->second.size()) + " of " + std::to_string(ranks) + " are there";
+        return {};
+    }
+    std::string counts, choices;
+    for (auto it = found.begin(); it != found.end(); ++it) {
+        const bool last = std::next(it) == found.end();
+        counts += (it == found.begin() ? "" : last ? " and " : ", ") + std::to_string(it->first);
+        choices += (it == found.begin() ? "" : last ? " or " : ", ") + std::to_string(it->first);
+    }
+    const char* unit = found.size() == 1 && found.begin()->first == 1 ? " rank" : " ranks";
+    return head + "the checkpoint was written by " + counts + unit + ", this run has " + plural(ranks, "rank") +
+           "; resume it on " + choices + unit;
+}
+
+}  // namespace hitch_examples

@@ -1,0 +1,129 @@
+#pragma once
+// The trainers' command line: every option, what it accepts, and where it lands in train_config. Values are read
+// by option_values.hpp, so each refusal is one line naming the option, the value and what is accepted.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "option_values.hpp"
+#include "schedule_by_name.hpp"
+#include "train.hpp"
+
+namespace hitch_examples {
+
+/// What a trainer tells the command line about itself.
+struct example_info {
+    std::string program;              // "hitch-mnist"
+    std::string example;              // "mnist"
+    std::vector<std::string> models;  // {"mlp", "cnn"}
+    train_config defaults;
+};
+
+namespace detail {
+
+template <class T>
+CLI::Option* add_whole(CLI::App& app, const std::string& flag, T& target, const std::string& help, T min,
+                       T max = std::numeric_limits<T>::max()) {
+    return app
+        .add_option_function<std::string>(
+            flag, [&target, flag, min, max](const std::string& v) { target = parse_whole<T>(flag, v, min, max); }, help)
+        ->type_name("INT")
+        ->default_str(std::to_string(target));
+}
+
+inline CLI::Option* add_real(CLI::App& app, const std::string& flag, double& target, const std::string& help,
+                             real_range range) {
+    return app
+        .add_option_function<std::string>(
+            flag, [&target, flag, range](const std::string& v) { target = parse_finite(flag, v, range); }, help)
+        ->type_name("FLOAT")
+        ->default_str(number_text(target));
+}
+
+inline CLI::Option* add_name(CLI::App& app, const std::string& flag, std::string& target, const std::string& help,
+                             std::vector<std::string> valid) {
+    return app
+        .add_option_function<std::string>(
+            flag,
+            [&target, flag, valid](const std::string& v) {
+                for (const auto& name : valid)
+                    if (name == v) {
+                        target = v;
+                        return;
+                    }
+                throw usage_error(not_one_of(flag, v, valid));
+            },
+            help)
+        ->type_name("NAME")
+        ->default_str(target);
+}
+
+}  // namespace detail
+
+/// Registers every option of a trainer; `c` must outlive the parse.
+inline void add_options(CLI::App& app, train_config& c, const example_info& info) {
+    using detail::add_name, detail::add_real, detail::add_whole;
+    using r = real_range;
+    add_name(app, "--model", c.model, "Model", info.models);
+    add_name(app, "--optimizer", c.optimizer, "Optimizer", optimizer_names());
+    add_name(app, "--compressor", c.compressor, "Gradient compressor", compressor_names());
+    add_name(app, "--sync", c.sync, "Synchronisation policy", sync_names());
+    add_name(app, "--allreduce", c.allreduce, "All-reduce schedule", schedule_by_name::names());
+    add_name(app, "--lr-schedule", c.lr_schedule, "Learning-rate schedule", lr_schedule_names());
+    add_whole<std::size_t>(app, "--batch-size", c.batch_size, "Global batch size (split over the ranks)", 1,
+                           std::size_t{1} << 20);
+    add_whole<std::size_t>(app, "--epochs", c.epochs, "Epochs", 1, 1000000);
+    add_real(app, "--lr", c.lr, "Peak learning rate for the global batch", r::positive());
+    add_real(app, "--warmup-epochs", c.warmup_epochs, "Linear warm-up from lr/10 (Goyal et al. 2017)",
+             r::non_negative());
+    add_real(app, "--momentum", c.momentum, "Momentum (momentum, nesterov, lars)", r::closed(0.0, 0.9999));
+    add_real(app, "--weight-decay", c.weight_decay, "Weight decay", r::non_negative());
+    add_real(app, "--lars-eta", c.lars_eta, "LARS trust coefficient", r::positive());
+    add_whole<std::uint64_t>(app, "--seed", c.seed, "Seed of the model initialisation and the data order", 0);
+    add_real(app, "--density", c.density, "Fraction sent by topk, dgc, randomk", r::closed(1e-6, 1.0));
+    add_real(app, "--tau", c.threshold_tau, "Threshold of Strom's codec", r::positive());
+    app.add_option_function<std::string>(
+           "--onebit-group",
+           [&c](const std::string& v) {
+               std::size_t n = 1;  // refused below unless it reads as a whole number in range
+               try {
+                   n = parse_whole<std::size_t>("--onebit-group", v, 0, std::size_t{1} << 30);
+               } catch (const usage_error&) {
+                   if (double x = 0; !detail::read_real(detail::trimmed(v), x)) throw;  // "not a number"
+               }
+               if (n % 8 != 0)
+                   throw usage_error("--onebit-group must be 0 or a positive multiple of 8 up to 1073741824, got " +
+                                     detail::shown(detail::trimmed(v)));
+               c.onebit_group = n;
+           },
+           "Elements per pair of onebit reconstruction values (0: whole bucket)")
+        ->type_name("INT")
+        ->default_str(std::to_string(c.onebit_group));
+    add_real(app, "--terngrad-clip", c.terngrad_clip, "TernGrad clipping at c standard deviations (0: off)",
+             r::non_negative());
+    add_whole<unsigned>(app, "--qsgd-levels", c.qsgd_levels, "QSGD levels s", 1, 1u << 20);
+    add_whole<std::size_t>(app, "--powersgd-rank", c.powersgd_rank, "PowerSGD rank r", 1, 64);
+    add_whole<std::uint64_t>(app, "--local-sgd-period", c.local_sgd_period, "Local steps between averages", 1);
+    add_real(app, "--bucket-mib", c.bucket_mib, "Gradient bucket size in MiB", r::closed(1e-4, 1024.0));
+    app.add_option("--checkpoint", c.checkpoint, "Write a checkpoint after every epoch (prefix; one file per rank)");
+    app.add_option("--resume", c.resume, "Resume from a checkpoint prefix written by --checkpoint");
+    app.add_option("--metrics", c.metrics, "Per-step metrics as JSON lines (rank 0; others append .rank<r>)");
+    app.add_option("--timeline", c.timeline, "Chrome trace-event timeline (rank 0; others append .rank<r>)");
+    app.add_option("--plot", c.plot, "Draw loss and test accuracy against time and epochs into this PNG");
+    app.add_option("--data", c.data, "Directory of the data set")->capture_default_str();
+    add_whole<int>(app, "--threads", c.threads, "Run N ranks as threads of this process (comm::local) instead of MPI",
+                   0, 64);
+    add_whole<int>(app, "--blas-threads", c.blas_threads, "OpenBLAS threads per rank", 1, 64);
+    app.add_flag("--synthetic", c.synthetic, "Random data of the data set's shape (measures throughput)");
+    add_whole<std::size_t>(app, "--synthetic-samples", c.synthetic_samples, "Training samples of --synthetic", 1,
+                           std::size_t{1} << 24);
+    add_whole<std::size_t>(app, "--max-steps", c.max_steps, "Stop after this many steps (0: all epochs)", 0);
+    app.add_flag("!--no-progress-bar", c.progress_bar, "Plain progress lines even on a terminal");
+}
+
+}  // namespace hitch_examples

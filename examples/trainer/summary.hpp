@@ -1,0 +1,47 @@
+#pragma once
+// The trainers' last line: one JSON object describing the run and its result. Every key, its type, unit and
+// meaning is listed in docs/metrics.md, in this order; tests/trainers checks the two agree.
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "hitch/compress/detail/simd.hpp"
+#include "train.hpp"
+
+namespace hitch_examples {
+
+/// The tier of instruction set that hitch's run-time dispatch picked for the codec kernels on this processor.
+inline std::string_view kernel_isa() {
+    switch (hitch::compress::detail::best_isa()) {
+        case hitch::compress::detail::isa::avx512: return "avx512";
+        case hitch::compress::detail::isa::avx2: return "avx2";
+        case hitch::compress::detail::isa::baseline: break;
+    }
+    return "baseline";
+}
+
+/// The summary line (no newline).
+inline std::string summary_line(const std::string& example, const train_config& config, int ranks, int nodes,
+                                const train_result& result) {
+    nlohmann::ordered_json j;
+    j["example"] = example;
+    j["model"] = config.model;
+    j["ranks"] = ranks;
+    j["nodes"] = nodes;
+    j["optimizer"] = config.optimizer;
+    j["compressor"] = config.compressor;
+    j["sync"] = config.sync;
+    j["allreduce"] = config.allreduce;
+    j["exchange"] = result.exchange;
+    j["kernel_isa"] = std::string(kernel_isa());
+    j["epochs"] = result.epochs_run;
+    j["batch_size"] = config.batch_size;
+    j["test_accuracy"] = result.test_accuracy;
+    j["train_seconds"] = result.train_seconds;
+    j["samples_per_s"] = result.samples_per_s;
+    return j.dump();
+}
+
+}  // namespace hitch_examples

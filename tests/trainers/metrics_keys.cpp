@@ -1,0 +1,130 @@
+// Checks JSON lines a trainer wrote against docs/metrics.md: every key emitted is listed for its line, in the listed
+// order and of the listed type, and every listed key that is not reserved is emitted by every line of its kind.
+//
+//   metrics_keys DOCS KIND=FILE...     KIND is a line named in the docs' "line" column (summary, step)
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct listed_key {
+    std::string key, line, type;
+    bool reserved = false;
+};
+
+std::vector<std::string> cells(const std::string& row) {
+    std::vector<std::string> out;
+    std::stringstream s(row.substr(1));
+    for (std::string cell; std::getline(s, cell, '|');) {
+        const auto first = cell.find_first_not_of(' '), last = cell.find_last_not_of(' ');
+        out.push_back(first == std::string::npos ? "" : cell.substr(first, last - first + 1));
+    }
+    return out;
+}
+
+/// The rows of every table whose header is "| key | line | type | unit | meaning |".
+std::vector<listed_key> read_docs(const std::string& path) {
+    std::ifstream in(path);
+    std::vector<listed_key> keys;
+    bool in_table = false;
+    for (std::string row; std::getline(in, row);) {
+        if (row.rfind("|", 0) != 0) {
+            in_table = false;
+            continue;
+        }
+        const auto c = cells(row);
+        if (c.size() >= 5 && c[0] == "key" && c[1] == "line" && c[2] == "type") {
+            in_table = true;
+            continue;
+        }
+        if (!in_table || c.size() < 5 || c[0].find_first_not_of("-: ") == std::string::npos) continue;
+        listed_key k;
+        k.key = c[0].size() > 2 && c[0].front() == '`' ? c[0].substr(1, c[0].size() - 2) : c[0];
+        k.reserved = c[1].find("reserved") != std::string::npos;
+        k.line = c[1].substr(0, c[1].find(' '));
+        k.type = c[2];
+        keys.push_back(k);
+    }
+    return keys;
+}
+
+bool has_type(const nlohmann::json& v, const std::string& type) {
+    if (type == "string") return v.is_string();
+    if (type == "integer") return v.is_number_integer();
+    if (type == "number") return v.is_number();
+    if (type == "boolean") return v.is_boolean();
+    if (type == "number or null") return v.is_number() || v.is_null();
+    if (type == "array of strings") {
+        if (!v.is_array()) return false;
+        for (const auto& e : v)
+            if (!e.is_string()) return false;
+        return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 3) {
+        std::cerr << "usage: metrics_keys DOCS KIND=FILE...\n";
+        return 2;
+    }
+    const auto listed = read_docs(argv[1]);
+    int problems = 0;
+    const auto problem = [&](const std::string& text) {
+        std::cerr << text << '\n';
+        ++problems;
+    };
+    if (listed.empty()) problem(std::string(argv[1]) + ": no '| key | line | type | unit | meaning |' table");
+    for (int a = 2; a < argc; ++a) {
+        const std::string arg = argv[a];
+        const std::string kind = arg.substr(0, arg.find('=')), file = arg.substr(arg.find('=') + 1);
+        std::vector<listed_key> expected;  // this line's keys that are not reserved, in the listed order
+        std::map<std::string, listed_key> all;
+        for (const auto& k : listed)
+            if (k.line == kind) {
+                all[k.key] = k;
+                if (!k.reserved) expected.push_back(k);
+            }
+        if (expected.empty()) problem("docs list no keys for the " + kind + " line");
+        std::ifstream in(file);
+        int lines = 0;
+        for (std::string text; std::getline(in, text);) {
+            if (text.empty()) continue;
+            ++lines;
+            const std::string where = file + ":" + std::to_string(lines) + ": ";
+            nlohmann::ordered_json j;
+            try {
+                j = nlohmann::ordered_json::parse(text);
+            } catch (const std::exception& e) {
+                problem(where + "not JSON: " + e.what());
+                continue;
+            }
+            std::vector<std::string> order;
+            for (const auto& [key, value] : j.items()) {
+                const auto it = all.find(key);
+                if (it == all.end()) problem(where + "key '" + key + "' is not listed for the " + kind + " line in docs/metrics.md");
+                else if (it->second.reserved) problem(where + "key '" + key + "' is emitted but listed as reserved");
+                else if (!has_type(value, it->second.type))
+                    problem(where + "key '" + key + "' is " + value.dump() + ", not of the listed type " + it->second.type);
+                else order.push_back(key);
+            }
+            std::vector<std::string> want;
+            for (const auto& k : expected) {
+                want.push_back(k.key);
+                if (!j.contains(k.key)) problem(where + "listed key '" + k.key + "' of the " + kind + " line is not emitted");
+            }
+            if (order != want && problems == 0) problem(where + "the keys are not in the listed order: " + text);
+        }
+        if (lines == 0) problem(file + ": no " + kind + " lines to check");
+        std::cout << kind << ": " << lines << " lines of " << file << " checked against " << expected.size() << " keys\n";
+    }
+    return problems == 0 ? 0 : 1;
+}

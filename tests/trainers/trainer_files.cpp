@@ -1,0 +1,82 @@
+// Files for the trainer tests, which CMake cannot write itself:
+//   trainer_files cifar DIR RECORDS   a small data set in the CIFAR-10 binary format (data_batch_1..5.bin,
+//                                     test_batch.bin); each class has its own colour pattern, so a network learns it
+//   trainer_files cut SRC DST BYTES   the first BYTES bytes of SRC
+//   trainer_files damage SRC DST AT   SRC with the 16 bytes from offset AT inverted
+//   trainer_files inflated FILE       how many bytes zlib decompresses from FILE before it ends or fails
+#include <zlib.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+int write_cifar(const std::filesystem::path& dir, int records) {
+    std::filesystem::create_directories(dir);
+    std::mt19937 rng(7);
+    const auto write = [&](const std::string& name) {
+        std::ofstream out(dir / name, std::ios::binary);
+        std::vector<unsigned char> record(3073);
+        for (int r = 0; r < records; ++r) {
+            const int label = static_cast<int>(rng() % 10);
+            record[0] = static_cast<unsigned char>(label);
+            for (int c = 0; c < 3; ++c)
+                for (int i = 0; i < 1024; ++i) {
+                    const int signal = ((i / 32 + i % 32 + c * 7) % 10 == label) ? 180 : 40;
+                    record[static_cast<std::size_t>(1 + c * 1024 + i)] = static_cast<unsigned char>(signal + static_cast<int>(rng() % 40));
+                }
+            out.write(reinterpret_cast<const char*>(record.data()), static_cast<std::streamsize>(record.size()));
+        }
+    };
+    for (int b = 1; b <= 5; ++b) write("data_batch_" + std::to_string(b) + ".bin");
+    write("test_batch.bin");
+    return 0;
+}
+
+/// SRC's first `bytes` bytes, with the 16 from `damage_at` inverted (none when damage_at is past them), to DST.
+int copy(const char* from, const char* to, std::size_t bytes, std::size_t damage_at) {
+    std::ifstream in(from, std::ios::binary);
+    std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (data.size() < bytes) {
+        std::fprintf(stderr, "cannot read %zu bytes of %s\n", bytes, from);
+        return 1;
+    }
+    for (std::size_t i = damage_at; i < damage_at + 16 && i < bytes; ++i) data[i] = static_cast<char>(~data[i]);
+    std::ofstream out(to, std::ios::binary);
+    out.write(data.data(), static_cast<std::streamsize>(bytes));
+    return out ? 0 : 1;
+}
+
+int inflated(const char* path) {
+    gzFile f = gzopen(path, "rb");
+    if (f == nullptr) return 1;
+    std::vector<char> buffer(1 << 20);
+    unsigned long long total = 0;
+    for (int got; (got = gzread(f, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0;) total += static_cast<unsigned>(got);
+    gzclose(f);
+    std::printf("%llu\n", total);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::string what = argc > 1 ? argv[1] : "";
+    if (what == "cifar" && argc == 4) return write_cifar(argv[2], std::atoi(argv[3]));
+    if (what == "cut" && argc == 5) return copy(argv[2], argv[3], std::strtoull(argv[4], nullptr, 10), SIZE_MAX);
+    if (what == "damage" && argc == 5) {
+        std::error_code ec;
+        const auto size = static_cast<std::size_t>(std::filesystem::file_size(argv[2], ec));
+        return ec ? 1 : copy(argv[2], argv[3], size, std::strtoull(argv[4], nullptr, 10));
+    }
+    if (what == "inflated" && argc == 3) return inflated(argv[2]);
+    std::fprintf(stderr, "usage: %s cifar DIR RECORDS | cut SRC DST BYTES | damage SRC DST AT | inflated FILE\n", argv[0]);
+    return 2;
+}
