@@ -38,10 +38,10 @@
 #include "hitch/allreduce/recursive_doubling.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/ring.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/comm/agree.hpp"
 #include "hitch/comm/local.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::allreduce {
@@ -84,16 +84,16 @@ struct automatic_profile {
 
 class automatic {
 public:
-    struct options {
+    struct options_type {
         /// Use these constants instead of measuring (the same on every rank).
         std::optional<cost_constants> constants;
-        ::hitch::allreduce::ring::options ring{};
-        ::hitch::allreduce::recursive_doubling::options recursive_doubling{};
-        ::hitch::allreduce::rabenseifner::options rabenseifner{};
-        ::hitch::allreduce::binary_tree::options binary_tree{};
-        ::hitch::allreduce::double_binary_tree::options double_binary_tree{};
+        ::hitch::allreduce::ring::options_type ring{};
+        ::hitch::allreduce::recursive_doubling::options_type recursive_doubling{};
+        ::hitch::allreduce::rabenseifner::options_type rabenseifner{};
+        ::hitch::allreduce::binary_tree::options_type binary_tree{};
+        ::hitch::allreduce::double_binary_tree::options_type double_binary_tree{};
         /// The parameter-server candidate is sharded over every rank (servers is capped at the world size).
-        ::hitch::allreduce::parameter_server::options parameter_server{.servers = 1 << 20};
+        ::hitch::allreduce::parameter_server::options_type parameter_server{.servers = 1 << 20};
 
         void validate() const {
             if (constants) constants->validate();
@@ -105,14 +105,14 @@ public:
             parameter_server.validate();
         }
 
-        friend bool operator==(const options&, const options&) = default;
+        friend bool operator==(const options_type&, const options_type&) = default;
     };
 
     static constexpr std::string_view name = "automatic";
     static constexpr int calibration_channel = 60;
 
     automatic() = default;
-    explicit automatic(const options& o)
+    explicit automatic(const options_type& o)
         : options_(o),
           ring_(o.ring),
           recursive_doubling_(o.recursive_doubling),
@@ -122,7 +122,7 @@ public:
           parameter_server_(o.parameter_server) {
         options_.validate();
     }
-    [[nodiscard]] const options& settings() const noexcept { return options_; }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     /// The cost of the schedule the model picks.
     [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& k) const {
@@ -372,7 +372,7 @@ private:
     /// small all-reduce itself; a group remembers its recent answers, which depend on nothing else than these
     /// inputs (the profile is immutable once measured; a new one is a new object).
     struct decision {
-        options settings;
+        options_type settings;
         int p = 0;
         std::size_t n = 0;
         cost_constants k;
@@ -386,7 +386,7 @@ private:
         std::size_t next = 0;  // the entry replaced next once full
 
         /// The remembered pick for these inputs, or -1.
-        [[nodiscard]] int find(const options& o, int p, std::size_t n, const cost_constants& k,
+        [[nodiscard]] int find(const options_type& o, int p, std::size_t n, const cost_constants& k,
                                const automatic_profile* profile) const {
             for (const decision& d : entries)
                 if (d.n == n && d.p == p && d.profile == profile && d.k == k && d.settings == o) return d.pick;
@@ -489,16 +489,16 @@ private:
         }
     };
 
-    options options_{};
+    options_type options_{};
     ring ring_{};
     recursive_doubling recursive_doubling_{};
     rabenseifner rabenseifner_{};
     binary_tree binary_tree_{};
     double_binary_tree double_binary_tree_{};
-    parameter_server parameter_server_{parameter_server::options{.servers = 1 << 20}};
+    parameter_server parameter_server_{parameter_server::options_type{.servers = 1 << 20}};
 };
 
-static_assert(hitch::allreduce_schedule<automatic, comm::local>,
+static_assert(schedule_for<automatic, comm::local>,
               "hitch::allreduce::automatic must model hitch::allreduce_schedule on comm::local");
 
 }  // namespace hitch::allreduce

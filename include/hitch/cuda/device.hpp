@@ -88,7 +88,7 @@ public:
         detail::check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
     }
     void synchronize() { detail::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-    [[nodiscard]] std::string_view name() const noexcept { return "cuda"; }
+    static constexpr std::string_view name = "cuda";
 
     [[nodiscard]] int ordinal() const noexcept { return ordinal_; }
     [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }

@@ -30,7 +30,7 @@ public:
         if (bytes != 0) std::memset(p, 0, bytes);
     }
     void synchronize() noexcept {}
-    [[nodiscard]] std::string_view name() const noexcept { return "cpu"; }
+    static constexpr std::string_view name = "cpu";
 };
 
 static_assert(device<cpu>, "hitch::cpu must model hitch::device");

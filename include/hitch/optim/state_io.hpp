@@ -4,7 +4,7 @@
 //   "HITCHOPT"                 8 bytes, magic
 //   u32 version                1
 //   u32 byte-order mark        0x01020304 as written by the saving host
-//   u32 n, n bytes             optimizer id (O::id(), e.g. "lars<momentum>")
+//   u32 n, n bytes             optimizer name (O::name, e.g. "lars<momentum>")
 //   u64 layer count
 //   per layer:  u32 n, n bytes (name), u64 parameter count, u64 steps, u32 buffer count, u64 size of each buffer
 //   per layer, per buffer: size * 4 bytes of float
@@ -28,7 +28,7 @@
 
 #include "hitch/concepts/device.hpp"
 #include "hitch/core/error.hpp"
-#include "hitch/optim/layer.hpp"
+#include "hitch/core/layer.hpp"
 
 namespace hitch::optim {
 
@@ -36,6 +36,8 @@ inline constexpr char state_magic[8] = {'H', 'I', 'T', 'C', 'H', 'O', 'P', 'T'};
 inline constexpr std::uint32_t state_version = 1;
 
 namespace detail {
+
+using hitch::detail::concat;
 
 inline constexpr std::uint32_t byte_order_mark = 0x01020304u;
 inline constexpr std::uint32_t max_id_bytes = 1024;

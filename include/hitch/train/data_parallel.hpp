@@ -59,7 +59,7 @@
 #include "hitch/compress/aggregate.hpp"
 #include "hitch/compress/none.hpp"
 #include "hitch/compress/powersgd.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/concepts/device.hpp"
@@ -70,7 +70,7 @@
 #include "hitch/core/options.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/device/buffer.hpp"
-#include "hitch/optim/layer.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/optim/lr/constant.hpp"
 #include "hitch/optim/model_optimizer.hpp"
 #include "hitch/sync/hard.hpp"
@@ -186,7 +186,7 @@ template <optimizer O, compressor X, sync_policy P, class S, communicator C, dev
 class engine final : public engine_base {
 public:
     using options_type = data_parallel_options<O, X, P, S>;
-    using user_layer = std::conditional_t<std::is_same_v<Param, float>, optim::layer, amp::low_precision_layer<Param>>;
+    using user_layer = std::conditional_t<std::is_same_v<Param, float>, hitch::layer, amp::low_precision_layer<Param>>;
     static constexpr bool mixed_precision = !std::is_same_v<Param, float>;
 
     engine(C& comm, D& dev, std::vector<user_layer> layers, const options_type& options)
@@ -200,7 +200,7 @@ public:
           timeline_(options_.timeline) {
         static_assert(D::space == memory_space::host,
                       "hitch::data_parallel runs on host devices (hitch::cpu); CUDA devices take the NCCL path");
-        static_assert(allreduce::detail::check_schedule<S, C>());
+        static_assert(allreduce::check_schedule<S, C>());
         check_layers_locally();
         agree_on_layers();
         build_internal_layers();
@@ -302,7 +302,7 @@ public:
     /// CRC32C of every parameter's bytes (the FP32 masters under mixed precision), in layer order.
     [[nodiscard]] std::uint64_t parameter_hash() const override {
         compress::detail::crc32c crc;
-        for (const optim::layer& l : layers32_) crc.update(std::as_bytes(std::span<const float>(l.params.data(), l.size())));
+        for (const hitch::layer& l : layers32_) crc.update(std::as_bytes(std::span<const float>(l.params.data(), l.size())));
         if constexpr (mixed_precision)
             for (const auto& l : user_layers_)
                 crc.update(std::as_bytes(std::span<const Param>(l.params.data(), l.params.size())));
@@ -319,7 +319,7 @@ public:
         checkpoint_writer w;
         w.add("hitch.meta", to_bytes(meta_text()));
         std::vector<std::byte> params;
-        for (const optim::layer& l : layers32_) {
+        for (const hitch::layer& l : layers32_) {
             const auto bytes = std::as_bytes(std::span<const float>(l.params.data(), l.size()));
             params.insert(params.end(), bytes.begin(), bytes.end());
         }
@@ -372,7 +372,7 @@ public:
         }
         const auto params = r.section("hitch.params");
         std::size_t total = 0;
-        for (const optim::layer& l : layers32_) total += l.size();
+        for (const hitch::layer& l : layers32_) total += l.size();
         if (params.size() != total * sizeof(float))
             throw corrupt_message_error(concat("hitch::data_parallel::load: ", r.path(), ": parameters section has ",
                                                params.size(), " bytes, expected ", total * sizeof(float)));
@@ -422,7 +422,7 @@ public:
         }
         // Commit.
         std::size_t at = 0;
-        for (const optim::layer& l : layers32_) {
+        for (const hitch::layer& l : layers32_) {
             std::memcpy(l.params.data(), params.data() + at, l.size() * sizeof(float));
             at += l.size() * sizeof(float);
         }
@@ -465,12 +465,12 @@ public:
         for (std::size_t b = 0; b < plan_.size(); ++b) {
             bucket& bk = buckets_[b];
             for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-                const optim::layer& l = layers32_[plan_[b].layers[i]];
+                const hitch::layer& l = layers32_[plan_[b].layers[i]];
                 std::memcpy(bk.data.data() + plan_[b].offsets[i], l.params.data(), l.size() * sizeof(float));
             }
             average_in_place(tensor_view<float>(bk.data.data(), bk.data.size()));
             for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-                const optim::layer& l = layers32_[plan_[b].layers[i]];
+                const hitch::layer& l = layers32_[plan_[b].layers[i]];
                 std::memcpy(l.params.data(), bk.data.data() + plan_[b].offsets[i], l.size() * sizeof(float));
             }
         }
@@ -573,7 +573,7 @@ private:
                 float* w = masters_.back().data();
                 for (std::size_t i = 0; i < l.params.size(); ++i) w[i] = static_cast<float>(l.params[i]);
                 layers32_.push_back(
-                    optim::layer{l.name, masters_.back().view(), grads32_.back().view(), l.flags, l.rows});
+                    hitch::layer{l.name, masters_.back().view(), grads32_.back().view(), l.flags, l.rows});
             }
         } else {
             layers32_ = user_layers_;
@@ -665,7 +665,7 @@ private:
         bk.report = {};
         for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
             const std::size_t k = plan_[b].layers[i];
-            const optim::layer& l = layers32_[k];
+            const hitch::layer& l = layers32_[k];
             bool overflow = false;
             if constexpr (mixed_precision) {
                 const auto& low = user_layers_[k];
@@ -699,7 +699,7 @@ private:
         }
         comm_ns_ += ns(start, std::chrono::steady_clock::now());
         for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-            const optim::layer& l = layers32_[plan_[b].layers[i]];
+            const hitch::layer& l = layers32_[plan_[b].layers[i]];
             std::memcpy(l.grads.data(), bk.data.data() + plan_[b].offsets[i], l.size() * sizeof(float));
         }
     }
@@ -727,7 +727,7 @@ private:
         if constexpr (requires(const X& x, std::span<const compress::matrix_shape> s) { x.make_state(n, s); }) {
             std::vector<compress::matrix_shape> shapes;
             for (std::size_t k : plan_[b].layers) {
-                const optim::layer& l = layers32_[k];
+                const hitch::layer& l = layers32_[k];
                 if (l.size() == 0) continue;
                 const std::size_t rows = l.rows == 0 ? l.size() : l.rows;
                 if (l.size() % rows != 0)
@@ -818,13 +818,13 @@ private:
         if (with_step) s << "step " << step_ << '\n';
         s << "hitch checkpoint 1\n"
           << "ranks " << size() << " rank " << rank() << '\n'
-          << "optimizer " << O::id() << '\n'
+          << "optimizer " << O::name << '\n'
           << "compressor " << X::name << '\n'
           << "sync " << P::name << '\n'
           << "parameters " << name(dtype_of<Param>()) << '\n'
           << "buckets " << plan_.size() << " of " << options_.bucket_bytes << " bytes\n"
           << "loss_scaling " << (scaler_ ? "on" : "off") << '\n';
-        for (const optim::layer& l : layers32_) s << "layer " << l.name << ' ' << l.size() << '\n';
+        for (const hitch::layer& l : layers32_) s << "layer " << l.name << ' ' << l.size() << '\n';
         return s.str();
     }
 
@@ -836,7 +836,7 @@ private:
     std::vector<user_layer> user_layers_;
     std::vector<device_buffer<float, D>> masters_;  // mixed precision: FP32 master weights
     std::vector<device_buffer<float, D>> grads32_;  // mixed precision: FP32 gradients
-    std::vector<optim::layer> layers32_;
+    std::vector<hitch::layer> layers32_;
     std::vector<bucket_plan> plan_;
     std::vector<std::size_t> bucket_of_layer_;
     std::vector<bucket> buckets_;
@@ -876,9 +876,13 @@ private:
 
 /// Data-parallel training with the optimizer, compressor, sync policy and all-reduce schedule as template
 /// arguments (see the file comment). Move-only.
-template <optimizer Optimizer, compressor Compressor = compress::none, sync_policy SyncPolicy = sync::hard,
+template <class Optimizer, class Compressor = compress::none, class SyncPolicy = sync::hard,
           class Schedule = allreduce::automatic>
 class data_parallel {
+    static_assert(check_optimizer<Optimizer>());
+    static_assert(check_compressor<Compressor>());
+    static_assert(check_sync_policy<SyncPolicy>());
+
 public:
     using options = data_parallel_options<Optimizer, Compressor, SyncPolicy, Schedule>;
     using optimizer_type = Optimizer;
@@ -887,8 +891,8 @@ public:
     using schedule_type = Schedule;
 
     /// An FP32 model. Collective: every rank of `comm` constructs it with the same layers.
-    template <communicator C, device D>
-    data_parallel(C& comm, D& dev, std::vector<optim::layer> layers, const options& opts = {})
+    template <class C, class D, bool = check_communicator<C>() && check_device<D>()>  // before the engine names them
+    data_parallel(C& comm, D& dev, std::vector<hitch::layer> layers, const options& opts = {})
         : engine_(std::make_unique<train::detail::engine<Optimizer, Compressor, SyncPolicy, Schedule, C, D, float>>(
               comm, dev, std::move(layers), opts)) {}
 
