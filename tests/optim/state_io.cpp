@@ -21,7 +21,7 @@ template <class O>
 void resume_is_exact(const typename O::options_type& options) {
     const int n = 12;
     const std::vector<std::size_t> sizes = {0, 1, 300, 9000};
-    const std::vector<optim::layer_flags> flags = {{}, optim::layer_flags::bias_or_norm(), {}, {}};
+    const std::vector<hitch::layer_flags> flags = {{}, hitch::layer_flags::bias_or_norm(), {}, {}};
     auto lr = [](int t) { return 0.01f / (1.0f + static_cast<float>(t)); };
 
     float_model straight(sizes, 71, flags);
@@ -52,7 +52,7 @@ void resume_is_exact(const typename O::options_type& options) {
         resumed.fill_gradients(3, static_cast<std::uint64_t>(t));
         c.step(lr(t));
     }
-    INFO(O::id());
+    INFO(O::name);
     CHECK(bitwise_equal(all_params(straight), all_params(resumed)));
 }
 

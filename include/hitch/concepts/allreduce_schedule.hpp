@@ -36,7 +36,7 @@ concept schedule_has_name = requires {
 /// A nested `options_type` with `validate()`, constructors from nothing and from options, and `options()`.
 template <class S>
 concept schedule_has_options =
-    requires(const S& s, const typename S::options_type& o) {
+    requires { typename S::options_type; } && requires(const S& s, const typename S::options_type& o) {
         o.validate();
         { s.options() } -> std::convertible_to<const typename S::options_type&>;
     } && std::default_initializable<S> && std::constructible_from<S, const typename S::options_type&>;

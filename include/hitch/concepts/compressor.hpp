@@ -45,7 +45,7 @@ concept compressor_has_identity = requires {
 
 template <class X>
 concept compressor_has_options =
-    requires(const X& x, const typename X::options_type& o) {
+    requires { typename X::options_type; } && requires(const X& x, const typename X::options_type& o) {
         o.validate();
         { x.options() } -> std::convertible_to<const typename X::options_type&>;
     } && std::default_initializable<X> && std::constructible_from<X, const typename X::options_type&>;

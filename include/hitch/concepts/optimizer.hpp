@@ -38,7 +38,7 @@ concept optimizer_has_name = requires {
 
 template <class O>
 concept optimizer_has_options =
-    requires(const O& o, const typename O::options_type& opts) {
+    requires { typename O::options_type; } && requires(const O& o, const typename O::options_type& opts) {
         opts.validate();
         { o.options() } -> std::convertible_to<const typename O::options_type&>;
     } && std::default_initializable<O> && std::constructible_from<O, const typename O::options_type&>;

@@ -78,7 +78,7 @@ concept sync_policy_has_name = requires {
 
 template <class P>
 concept sync_policy_has_options =
-    requires(const P& p, const typename P::options_type& o) {
+    requires { typename P::options_type; } && requires(const P& p, const typename P::options_type& o) {
         o.validate();
         { p.options() } -> std::convertible_to<const typename P::options_type&>;
     } && std::default_initializable<P> && std::constructible_from<P, const typename P::options_type&>;
