@@ -19,7 +19,7 @@ namespace hitch_examples {
 
 class schedule_by_name {
 public:
-    struct options {
+    struct options_type {
         std::string schedule = "automatic";
         void validate() const {
             const auto names = schedule_by_name::names();
@@ -33,7 +33,7 @@ public:
     static constexpr std::string_view name = "by_name";
 
     schedule_by_name() = default;
-    explicit schedule_by_name(const options& o) {
+    explicit schedule_by_name(const options_type& o) : options_(o) {
         o.validate();
         namespace ar = hitch::allreduce;
         const std::string& s = o.schedule;
@@ -47,6 +47,8 @@ public:
         else if (s == "native") held_ = ar::native{};
         else held_ = ar::automatic{};
     }
+
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     /// Every name --allreduce accepts.
     [[nodiscard]] static std::vector<std::string> names() {
@@ -73,6 +75,7 @@ public:
     }
 
 private:
+    options_type options_{};
     std::variant<hitch::allreduce::automatic, hitch::allreduce::ring, hitch::allreduce::recursive_doubling,
                  hitch::allreduce::rabenseifner, hitch::allreduce::binary_tree, hitch::allreduce::double_binary_tree,
                  hitch::allreduce::hierarchical<>, hitch::allreduce::parameter_server, hitch::allreduce::native>

@@ -1,7 +1,7 @@
-// hitch::allreduce_schedule (as allreduce::schedule_for) against stand-in types: one that models it and variants that each miss one
-// requirement; native is unavailable at compile time where the communicator has no all-reduce of its own; and a
-// schedule written outside hitch (gather to rank 0, combine, send back) plugs into allreduce<S>() and is checked
-// against the reference.
+// hitch::allreduce_schedule (as allreduce::schedule_for) against stand-in types: one that models it and variants
+// that each miss one requirement; native is unavailable at compile time where the communicator has no all-reduce of
+// its own; and a schedule written outside hitch (gather to rank 0, combine, send back) plugs into allreduce<S>() and
+// is checked against the reference.
 #include <catch2/catch.hpp>
 
 #include <span>

@@ -47,7 +47,9 @@ public:
     static constexpr std::string_view name = "hierarchical";
 
     hierarchical() = default;
-    explicit hierarchical(const options_type& o) : options_(o), intra_(o.intra), inter_(o.inter) { options_.validate(); }
+    explicit hierarchical(const options_type& o) : options_(o), intra_(o.intra), inter_(o.inter) {
+        options_.validate();
+    }
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& k = {}) const {

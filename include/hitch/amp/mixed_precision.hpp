@@ -57,9 +57,11 @@ struct mixed_precision_options {
     }
 };
 
-template <optimizer O, floating_element Low, agreement_group C = single_process, device D = cpu>
+template <class O, floating_element Low, agreement_group C = single_process, class D = cpu>
     requires(!std::same_as<Low, float>)
 class mixed_precision_optimizer {
+    static_assert(check_optimizer<O, D>());
+
 public:
     using optimizer_options = typename O::options_type;
 

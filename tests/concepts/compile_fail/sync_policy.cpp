@@ -18,4 +18,7 @@ struct policy_without_step {
     options_type options_;
 };
 
-int main() { return static_cast<int>(sizeof(hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, policy_without_step>)); }
+int main() {
+    using trainer = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, policy_without_step>;
+    return static_cast<int>(sizeof(trainer));
+}
