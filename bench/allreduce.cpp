@@ -195,7 +195,7 @@ void add_hitch(std::vector<impl>& impls, const settings& s, ar::group<C>& g) {
     add(ar::binary_tree{});
     add(ar::double_binary_tree{});
     add(ar::hierarchical<>{});
-    ar::parameter_server::options sharded;  // one shard per rank, as sharded parameter servers run
+    ar::parameter_server::options_type sharded;  // one shard per rank, as sharded parameter servers run
     sharded.servers = g.size();
     add(ar::parameter_server(sharded));
     if constexpr (ar::has_native_allreduce<C>::value) add(ar::native{});

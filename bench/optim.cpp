@@ -154,11 +154,11 @@ int main(int argc, char** argv) {
         params.data()[i] = 0.01f * static_cast<float>(static_cast<int>(i % 2001) - 1000) / 1000.0f;
         grads.data()[i] = 0.001f * static_cast<float>(static_cast<int>((i * 7) % 1999) - 999) / 999.0f;
     }
-    std::vector<optim::layer> layers;
+    std::vector<hitch::layer> layers;
     std::size_t offset = 0;
     for (const auto& t : tensors) {
         layers.push_back({t.name, params.view().subview(offset, t.size), grads.view().subview(offset, t.size),
-                          t.bias_or_norm ? optim::layer_flags::bias_or_norm() : optim::layer_flags{}});
+                          t.bias_or_norm ? hitch::layer_flags::bias_or_norm() : hitch::layer_flags{}});
         offset += t.size;
     }
 

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 #include "data/mnist.hpp"
 #include "data/sampler.hpp"
@@ -48,14 +49,15 @@ public:
     signum() = default;
     explicit signum(const options_type& o) : options_(o) { options_.validate(); }
     [[nodiscard]] const options_type& options() const { return options_; }
-    [[nodiscard]] static std::string id() { return "my_lab::signum"; }
+    static constexpr std::string_view name = "my_lab::signum";
 
     template <hitch::device D>
     [[nodiscard]] state_type<D> make_state(D& dev, std::size_t n) const {
         return {hitch::device_buffer<float, D>(dev, n), 0};
     }
 
-    void step(const hitch::optim::layer& l, state_type<hitch::cpu>& s, float lr, const hitch::parallel_options&) const {
+    template <hitch::host_device D>
+    void step(const hitch::layer& l, state_type<D>& s, float lr, const hitch::parallel_options&) const {
         const float beta = options_.beta, wd = l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay;
         float* w = l.params.data();
         const float* g = l.grads.data();
@@ -74,7 +76,7 @@ private:
 
 }  // namespace my_lab
 
-static_assert(hitch::optimizer<my_lab::signum> && hitch::check_optimizer<my_lab::signum>(),
+static_assert(hitch::check_optimizer<my_lab::signum>() && hitch::optimizer<my_lab::signum>,
               "my_lab::signum must model hitch::optimizer");
 
 int main(int argc, char** argv) {
@@ -92,11 +94,11 @@ int main(int argc, char** argv) {
         data::batch_loader<float> loader(train, norm, batch);
         data::sharded_sampler sampler(train.size(), comm.rank(), comm.size(), 1);
 
-        std::vector<hitch::optim::layer> layers;
+        std::vector<hitch::layer> layers;
         for (const auto& p : model.parameters())
             layers.push_back({p.name, hitch::tensor_view<float>(p.value.data(), p.value.size()),
                               hitch::tensor_view<float>(p.gradient.data(), p.gradient.size()),
-                              p.is_bias_or_norm ? hitch::optim::layer_flags::bias_or_norm() : hitch::optim::layer_flags{}});
+                              p.is_bias_or_norm ? hitch::layer_flags::bias_or_norm() : hitch::layer_flags{}});
         using dp_t = hitch::data_parallel<my_lab::signum>;
         dp_t::options options;
         options.optimizer.weight_decay = 1e-4f;

@@ -22,7 +22,7 @@ namespace hitch_examples {
 
 class schedule_by_name {
 public:
-    struct options {
+    struct options_type {
         std::string schedule = "automatic";
         void validate() const {
             const auto names = schedule_by_name::names();
@@ -40,7 +40,7 @@ public:
         "--allreduce native is MPI's own all-reduce: it needs MPI ranks, not --threads";
 
     schedule_by_name() = default;
-    explicit schedule_by_name(const options& o) {
+    explicit schedule_by_name(const options_type& o) : options_(o) {
         o.validate();
         namespace ar = hitch::allreduce;
         const std::string& s = o.schedule;
@@ -54,6 +54,8 @@ public:
         else if (s == "native") held_ = ar::native{};
         else held_ = ar::automatic{};
     }
+
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     /// Every name --allreduce accepts.
     [[nodiscard]] static std::vector<std::string> names() {
@@ -110,6 +112,7 @@ private:
         std::vector<std::string_view> names;  // schedule names are static strings
     };
     std::shared_ptr<used_record> used_ = std::make_shared<used_record>();
+    options_type options_{};
     std::variant<hitch::allreduce::automatic, hitch::allreduce::ring, hitch::allreduce::recursive_doubling,
                  hitch::allreduce::rabenseifner, hitch::allreduce::binary_tree, hitch::allreduce::double_binary_tree,
                  hitch::allreduce::hierarchical<>, hitch::allreduce::parameter_server, hitch::allreduce::native>

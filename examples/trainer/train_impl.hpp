@@ -112,11 +112,11 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     data::sharded_sampler sampler(train_set.size(), rank, p, config.seed);
     const std::size_t steps_per_epoch = sampler.batches_per_epoch(local_batch);
 
-    std::vector<hitch::optim::layer> layers;
+    std::vector<hitch::layer> layers;
     for (const auto& prm : model.parameters())
         layers.push_back({prm.name, hitch::tensor_view<float>(prm.value.data(), prm.value.size()),
                           hitch::tensor_view<float>(prm.gradient.data(), prm.gradient.size()),
-                          prm.is_bias_or_norm ? hitch::optim::layer_flags::bias_or_norm() : hitch::optim::layer_flags{},
+                          prm.is_bias_or_norm ? hitch::layer_flags::bias_or_norm() : hitch::layer_flags{},
                           prm.rows});
 
     hitch::train::timeline timeline(rank, !config.timeline.empty());

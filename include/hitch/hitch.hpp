@@ -7,11 +7,16 @@
 
 #include "hitch/core/binary.hpp"
 #include "hitch/core/crc32c.hpp"
+#include "hitch/core/clock.hpp"
+#include "hitch/core/cost.hpp"
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/core/fixed_string.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/core/options.hpp"
 #include "hitch/core/parallel.hpp"
+#include "hitch/core/reduce_op.hpp"
 #include "hitch/core/tensor.hpp"
 
 #include "hitch/concepts/allreduce_schedule.hpp"

@@ -112,9 +112,9 @@ TEST_CASE("broadcast and reduce with every root, tree and chain", "[allreduce][c
         for (std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{3001}})
             for (bool direct : {true, false}) {
                 INFO("p = " << p << " n = " << n << (direct ? " direct" : " messages"));
-                binary_tree::options small_tree;
+                binary_tree::options_type small_tree;
                 small_tree.segment_bytes = 256;
-                ring::options small_chain;
+                ring::options_type small_chain;
                 small_chain.segment_bytes = 256;
                 const auto want = hitch_test::reference<float>(p, n, reduce_op::average, exact<float>(5));
                 REQUIRE_NOTHROW(run_local(p, [&](local& c) {
@@ -239,8 +239,8 @@ TEST_CASE("bad arguments are config_error before anything is sent", "[allreduce]
         expect(config([&] { reduce(g, hitch::view(v), reduce_op::sum, -1); }), "negative root");
         expect(config([&] { allgather(g, hitch::tensor_view<const float>(v.data(), 10), hitch::view(all)); }), "allgather size");
         expect(config([&] { allreduce(g, hitch::tensor_view<float>(v.data(), 10, hitch::memory_space::cuda)); }), "device memory");
-        expect(config([&] { ring::options o; o.segment_bytes = 1; ring{o}; }), "ring segment too small");
-        expect(config([&] { parameter_server::options o; o.servers = 0; parameter_server{o}; }), "no servers");
+        expect(config([&] { ring::options_type o; o.segment_bytes = 1; ring{o}; }), "ring segment too small");
+        expect(config([&] { parameter_server::options_type o; o.servers = 0; parameter_server{o}; }), "no servers");
         expect(config([&] { call_options o; o.timeout_s = -1; allreduce(g, hitch::view(v), reduce_op::sum, ring{}, o); }), "timeout");
         expect(config([&] { cost_constants k; k.alpha_s = -1; g.set_constants(k); }), "negative alpha");
         // nothing was issued by the failed calls: the group still works

@@ -1,7 +1,7 @@
-// hitch::allreduce_schedule against stand-in types: one that models it and variants that each miss one
-// requirement; native is unavailable at compile time where the communicator has no all-reduce of its own; and a
-// schedule written outside hitch (gather to rank 0, combine, send back) plugs into allreduce<S>() and is checked
-// against the reference.
+// hitch::allreduce_schedule (as allreduce::schedule_for) against stand-in types: one that models it and variants
+// that each miss one requirement; native is unavailable at compile time where the communicator has no all-reduce of
+// its own; and a schedule written outside hitch (gather to rank 0, combine, send back) plugs into allreduce<S>() and
+// is checked against the reference.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 
 #include "hitch/allreduce/allreduce.hpp"
 #include "hitch/comm/local.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #ifdef HITCH_TEST_HAVE_MPI
 #include "hitch/allreduce/native.hpp"
 #include "hitch/comm/mpi.hpp"
@@ -28,12 +28,13 @@ namespace stand_in {
 /// The naive centralised all-reduce, written only against the transport: every rank sends its buffer to rank 0,
 /// which combines them in rank order and sends the result back.
 struct gather_scatter {
-    struct options {
+    struct options_type {
         void validate() const {}
     };
     static constexpr std::string_view name = "gather_scatter";
     gather_scatter() = default;
-    explicit gather_scatter(const options&) {}
+    explicit gather_scatter(const options_type& o) : options_(o) {}
+    const options_type& options() const { return options_; }
     cost_estimate cost(int p, std::size_t n, const cost_constants&) const {
         cost_estimate c;
         c.latency_terms = 2.0 * (p - 1);
@@ -61,6 +62,7 @@ struct gather_scatter {
             t.template receive_into<T>(0, 1, data).wait(t.limit());
         }
     }
+    options_type options_{};
 };
 
 struct no_name : gather_scatter {
@@ -73,12 +75,14 @@ struct no_options {
     void run(transport<C>&, std::span<T>, reduce_op) const {}
 };
 struct no_cost {
-    struct options {
+    struct options_type {
         void validate() const {}
     };
     static constexpr std::string_view name = "x";
     no_cost() = default;
-    explicit no_cost(const options&) {}
+    explicit no_cost(const options_type&) {}
+    const options_type& options() const { return options_; }
+    options_type options_{};
     template <class C, class T>
     void run(transport<C>&, std::span<T>, reduce_op) const {}
 };
@@ -89,27 +93,29 @@ struct float_only : gather_scatter {
 
 }  // namespace stand_in
 
-static_assert(hitch::allreduce_schedule<stand_in::gather_scatter, local>);
+static_assert(schedule_for<stand_in::gather_scatter, local>);
+static_assert(hitch::allreduce_schedule<stand_in::gather_scatter, transport<local>>);
+static_assert(check_schedule<stand_in::gather_scatter, local>());
 static_assert(!hitch::schedule_has_name<stand_in::no_name>);
-static_assert(!hitch::allreduce_schedule<stand_in::no_name, local>);
+static_assert(!schedule_for<stand_in::no_name, local>);
 static_assert(!hitch::schedule_has_options<stand_in::no_options>);
-static_assert(!hitch::allreduce_schedule<stand_in::no_options, local>);
+static_assert(!schedule_for<stand_in::no_options, local>);
 static_assert(!hitch::schedule_has_cost<stand_in::no_cost>);
-static_assert(!hitch::allreduce_schedule<stand_in::no_cost, local>);
-static_assert(!hitch::schedule_runs_on<stand_in::float_only, local>, "half and bfloat16 are required too");
-static_assert(!hitch::allreduce_schedule<ring, int>, "an int is not a communicator");
+static_assert(!schedule_for<stand_in::no_cost, local>);
+static_assert(!hitch::schedule_runs_on<stand_in::float_only, transport<local>>, "half and bfloat16 are required too");
+static_assert(!schedule_for<ring, int>, "an int is not a communicator");
 
 // every schedule hitch ships models the concept on comm::local, and the rooted ones offer reduce/broadcast
-static_assert(hitch::allreduce_schedule<ring, local> && hitch::allreduce_schedule<recursive_doubling, local> &&
-              hitch::allreduce_schedule<rabenseifner, local> && hitch::allreduce_schedule<binary_tree, local> &&
-              hitch::allreduce_schedule<double_binary_tree, local> && hitch::allreduce_schedule<hierarchical<>, local> &&
-              hitch::allreduce_schedule<parameter_server, local> && hitch::allreduce_schedule<automatic, local>);
-static_assert(hitch::rooted_schedule<ring, local> && hitch::rooted_schedule<binary_tree, local>);
-static_assert(!hitch::rooted_schedule<recursive_doubling, local>);
+static_assert(schedule_for<ring, local> && schedule_for<recursive_doubling, local> &&
+              schedule_for<rabenseifner, local> && schedule_for<binary_tree, local> &&
+              schedule_for<double_binary_tree, local> && schedule_for<hierarchical<>, local> &&
+              schedule_for<parameter_server, local> && schedule_for<automatic, local>);
+static_assert(rooted_schedule_for<ring, local> && rooted_schedule_for<binary_tree, local>);
+static_assert(!rooted_schedule_for<recursive_doubling, local>);
 
 #ifdef HITCH_TEST_HAVE_MPI
-static_assert(hitch::allreduce_schedule<native, hitch::comm::mpi>);
-static_assert(!hitch::allreduce_schedule<native, local>, "comm::local has no all-reduce of its own");
+static_assert(schedule_for<native, hitch::comm::mpi>);
+static_assert(!schedule_for<native, local>, "comm::local has no all-reduce of its own");
 static_assert(has_native_allreduce<hitch::comm::mpi>::value && !has_native_allreduce<local>::value);
 #endif
 

@@ -66,7 +66,7 @@ void matches_model(const Schedule& schedule, int p, std::size_t n) {
 
 template <class Schedule>
 Schedule with_segment(std::size_t bytes) {
-    typename Schedule::options o;
+    typename Schedule::options_type o;
     o.segment_bytes = bytes;
     return Schedule(o);
 }
@@ -88,7 +88,7 @@ TEST_CASE("each schedule sends what its cost model says", "[allreduce][cost]") {
         matches_model(double_binary_tree{}, p, n);
         matches_model(with_segment<double_binary_tree>(2048), p, n);
         matches_model(parameter_server{}, p, n);
-        parameter_server::options servers;
+        parameter_server::options_type servers;
         servers.servers = 3;
         servers.segment_bytes = 4096;
         matches_model(parameter_server(servers), p, n);
@@ -98,7 +98,7 @@ TEST_CASE("each schedule sends what its cost model says", "[allreduce][cost]") {
 TEST_CASE("hierarchical sends no more than its two levels together", "[allreduce][cost]") {
     const std::size_t n = 40320;
     for (int p : {2, 4, 6, 8}) {
-        hierarchical<>::options o;
+        hierarchical<>::options_type o;
         o.ranks_per_group = 2;
         const hierarchical<> h(o);
         const auto per_rank = traffic(h, p, n);

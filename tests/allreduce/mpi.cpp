@@ -89,7 +89,7 @@ TEST_CASE("comm::mpi: binary_tree", "[allreduce][mpi]") { full_check(binary_tree
 TEST_CASE("comm::mpi: double_binary_tree", "[allreduce][mpi]") { full_check(double_binary_tree{}, true); }
 TEST_CASE("comm::mpi: hierarchical", "[allreduce][mpi]") { full_check(hierarchical<>({2}), false); }
 TEST_CASE("comm::mpi: parameter_server", "[allreduce][mpi]") {
-    parameter_server::options o;
+    parameter_server::options_type o;
     o.servers = 2;
     full_check(parameter_server(o), false);
 }

@@ -164,7 +164,7 @@ void identical_sweep(const Schedule& schedule) {
 
 template <class Schedule>
 Schedule tiny_segments(int depth) {
-    typename Schedule::options o;
+    typename Schedule::options_type o;
     o.segment_bytes = 64;
     o.pipeline_depth = depth;
     return Schedule(o);
@@ -209,10 +209,10 @@ TEST_CASE("double_binary_tree matches the serial reference", "[allreduce][double
 
 TEST_CASE("hierarchical matches the serial reference", "[allreduce][hierarchical]") {
     sweep_small(hierarchical<>({2}));
-    hierarchical<ring, automatic>::options three;
+    hierarchical<ring, automatic>::options_type three;
     three.ranks_per_group = 3;
     sweep_small(hierarchical<ring, automatic>(three));
-    hierarchical<binary_tree, rabenseifner>::options four;
+    hierarchical<binary_tree, rabenseifner>::options_type four;
     four.ranks_per_group = 4;
     four.intra.segment_bytes = 64;
     four.inter.segment_bytes = 64;
@@ -223,11 +223,11 @@ TEST_CASE("hierarchical matches the serial reference", "[allreduce][hierarchical
 
 TEST_CASE("parameter_server matches the serial reference", "[allreduce][parameter_server]") {
     sweep_small(parameter_server{});
-    parameter_server::options three;
+    parameter_server::options_type three;
     three.servers = 3;
     three.segment_bytes = 64;
     sweep_small(parameter_server(three));
-    parameter_server::options three_large;
+    parameter_server::options_type three_large;
     three_large.servers = 3;
     sweep_large(parameter_server(three_large), {4});
     identical_sweep(parameter_server(three));

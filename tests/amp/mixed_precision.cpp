@@ -23,7 +23,7 @@ namespace {
 template <class O, class Low>
 void masters_match_fp32(const typename O::options_type& options, float lr) {
     const std::vector<std::size_t> sizes = {0, 1, 33, 5000};
-    const std::vector<optim::layer_flags> flags = {{}, optim::layer_flags::bias_or_norm(), {}, {}};
+    const std::vector<hitch::layer_flags> flags = {{}, hitch::layer_flags::bias_or_norm(), {}, {}};
     std::vector<std::vector<Low>> w_low, g_low;
     std::vector<amp::low_precision_layer<Low>> layers;
     float_model ref(sizes, 7, flags);

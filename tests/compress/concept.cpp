@@ -32,9 +32,17 @@ struct identity_and_traits {
     static constexpr bool additive = false;
     static constexpr bool needs_error_feedback = false;
     static constexpr bool ring_compressible = false;
+    struct options_type {
+        void validate() const {}
+    };
+    identity_and_traits() = default;
+    explicit identity_and_traits(const options_type& o) : options_(o) {}
+    const options_type& options() const { return options_; }
+    options_type options_{};
 };
 
 struct good_codec : identity_and_traits {
+    using identity_and_traits::identity_and_traits;
     using state = codec_state;
     state make_state(std::size_t n) const { return {n}; }
     template <class T>
@@ -56,14 +64,25 @@ struct codec_without_name {
     using state = codec_state;
     state make_state(std::size_t n) const { return {n}; }
 };
-struct codec_without_traits {
+struct codec_without_options {
     static constexpr std::uint8_t codec_id = 200;
     static constexpr std::string_view name = "x";
 };
+struct codec_without_traits : codec_without_options {
+    struct options_type {
+        void validate() const {}
+    };
+    codec_without_traits() = default;
+    explicit codec_without_traits(const options_type&) {}
+    const options_type& options() const { return options_; }
+    options_type options_{};
+};
 struct codec_without_state : identity_and_traits {
+    using identity_and_traits::identity_and_traits;
     int make_state(std::size_t) const { return 0; }
 };
 struct codec_without_decode_add : identity_and_traits {
+    using identity_and_traits::identity_and_traits;
     using state = codec_state;
     state make_state(std::size_t n) const { return {n}; }
     template <class T>
@@ -75,6 +94,7 @@ struct codec_without_decode_add : identity_and_traits {
     void load_state(std::span<const std::byte>, state&) const {}
 };
 struct codec_without_save : identity_and_traits {
+    using identity_and_traits::identity_and_traits;
     using state = codec_state;
     state make_state(std::size_t n) const { return {n}; }
     template <class T>
@@ -86,6 +106,7 @@ struct codec_without_save : identity_and_traits {
     void decode_add(std::span<const std::byte>, hitch::tensor_view<T>) const {}
 };
 struct codec_without_max_bytes : identity_and_traits {
+    using identity_and_traits::identity_and_traits;
     using state = codec_state;
     state make_state(std::size_t n) const { return {n}; }
     template <class T>
@@ -99,6 +120,7 @@ struct codec_without_max_bytes : identity_and_traits {
 };
 // Claims to be additive but has no summable form: a compressor, not a summable_compressor.
 struct additive_without_summable : good_codec {
+    using good_codec::good_codec;
     static constexpr bool additive = true;
 };
 
@@ -106,6 +128,9 @@ struct additive_without_summable : good_codec {
 
 TEST_CASE("compressor concept: stand-ins that model it and near-misses that do not", "[compress][concepts]") {
     STATIC_REQUIRE(hitch::compressor<stand_in::good_codec>);
+    STATIC_REQUIRE(hitch::check_compressor<stand_in::good_codec>());
+    STATIC_REQUIRE_FALSE(hitch::compressor_has_options<stand_in::codec_without_options>);
+    STATIC_REQUIRE_FALSE(hitch::compressor<stand_in::codec_without_options>);
     STATIC_REQUIRE_FALSE(hitch::compressor_has_identity<stand_in::codec_without_name>);
     STATIC_REQUIRE_FALSE(hitch::compressor<stand_in::codec_without_name>);
     STATIC_REQUIRE_FALSE(hitch::compressor_has_traits<stand_in::codec_without_traits>);

@@ -25,7 +25,11 @@ struct plain_fp16 {
     static constexpr bool needs_error_feedback = false;
     static constexpr bool ring_compressible = false;
     using state = hc::empty_state;
+    using options_type = hc::fp16::options_type;
     hc::fp16 inner;
+    plain_fp16() = default;
+    explicit plain_fp16(const options_type& o) : inner(o) {}
+    const options_type& options() const { return inner.options(); }
     state make_state(std::size_t n) const { return {n}; }
     std::size_t max_message_bytes(std::size_t n) const { return inner.max_message_bytes(n); }
     template <class T>

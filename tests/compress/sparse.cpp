@@ -144,7 +144,7 @@ TEST_CASE("topk: exact and sampled selection both equal a sorting reference, wit
                     auto s = codec->make_state(n);
                     std::vector<std::byte> m;
                     const std::size_t size = codec->encode(tensor_view<const float>(v), s, m);
-                    INFO("n " << n << " density " << density << " method " << int(codec->get_options().method));
+                    INFO("n " << n << " density " << density << " method " << int(codec->options().method));
                     REQUIRE(s.selection.size() == k);
                     CHECK(std::equal(ref.begin(), ref.end(), s.selection.index.begin()));
                     std::size_t expected = 32 + 8 + 4 * k;

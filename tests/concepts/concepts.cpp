@@ -2,6 +2,8 @@
 // each miss exactly one requirement and must not.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,6 +14,8 @@
 #endif
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/concepts/device.hpp"
+#include "hitch/concepts/sync_policy.hpp"
+#include "hitch/core/clock.hpp"
 #include "hitch/device/cpu.hpp"
 
 namespace stand_in {
@@ -26,7 +30,7 @@ struct good_device {
     void copy(void*, const void*, std::size_t) {}
     void fill_zero(void*, std::size_t) {}
     void synchronize() {}
-    std::string_view name() const { return "stand-in"; }
+    static constexpr std::string_view name = "stand-in";
 };
 struct device_without_space : good_device {
     static constexpr int space = 0;  // not a memory_space: int does not convert to the enum class
@@ -39,7 +43,7 @@ struct device_without_allocate {
     void copy(void*, const void*, std::size_t) {}
     void fill_zero(void*, std::size_t) {}
     void synchronize() {}
-    std::string_view name() const { return "x"; }
+    static constexpr std::string_view name = "x";
 };
 struct device_without_copy_to_host {
     static constexpr hitch::memory_space space = hitch::memory_space::host;
@@ -49,7 +53,7 @@ struct device_without_copy_to_host {
     void copy(void*, const void*, std::size_t) {}
     void fill_zero(void*, std::size_t) {}
     void synchronize() {}
-    std::string_view name() const { return "x"; }
+    static constexpr std::string_view name = "x";
 };
 struct device_without_synchronize {
     static constexpr hitch::memory_space space = hitch::memory_space::host;
@@ -59,7 +63,7 @@ struct device_without_synchronize {
     void copy_from_host(void*, const void*, std::size_t) {}
     void copy(void*, const void*, std::size_t) {}
     void fill_zero(void*, std::size_t) {}
-    std::string_view name() const { return "x"; }
+    static constexpr std::string_view name = "x";
 };
 
 // ---- requests and communicators ----
@@ -129,11 +133,35 @@ struct comm_without_rank {
     using request = good_request;
     int size() const { return 1; }
 };
+
+/// A clock that stands still until told to move: what a simulated cluster's virtual time looks like.
+struct manual_clock final : hitch::clock_source {
+    time_point now() const noexcept override { return at; }
+    time_point at{};
+};
+struct comm_with_clock : good_comm {
+    const hitch::clock_source& clock() const { return *source; }
+    const manual_clock* source = nullptr;
+};
+
+struct good_context : hitch::step_context_archetype {};
+struct context_without_rank {
+    bool finish_gradient_exchange() { return true; }
+    bool check_local_gradients() { return true; }
+    void apply_optimizer() {}
+    void average_parameters(bool) {}
+    std::uint64_t step_index() const { return 0; }
+    int size() const { return 1; }
+};
 }  // namespace stand_in
 
 TEST_CASE("device concept: models and near-misses", "[concepts]") {
     STATIC_REQUIRE(hitch::device<hitch::cpu>);
     STATIC_REQUIRE(hitch::device<stand_in::good_device>);
+    STATIC_REQUIRE(hitch::check_device<stand_in::good_device>());
+    STATIC_REQUIRE(hitch::device<hitch::host_device_archetype>);
+    STATIC_REQUIRE(hitch::host_device<hitch::cpu>);
+    STATIC_REQUIRE(hitch::cpu::name == "cpu");
     STATIC_REQUIRE_FALSE(hitch::device_has_memory_space<stand_in::device_without_space>);
     STATIC_REQUIRE_FALSE(hitch::device<stand_in::device_without_space>);
     STATIC_REQUIRE_FALSE(hitch::device_has_allocation<stand_in::device_without_allocate>);
@@ -152,6 +180,7 @@ TEST_CASE("communicator concept: models and near-misses", "[concepts]") {
 #endif
     STATIC_REQUIRE(hitch::request<hitch::comm::local::request>);
     STATIC_REQUIRE(hitch::communicator<stand_in::good_comm>);
+    STATIC_REQUIRE(hitch::check_communicator<stand_in::good_comm>());
     STATIC_REQUIRE(hitch::request<stand_in::good_request>);
     STATIC_REQUIRE_FALSE(hitch::request<stand_in::request_without_test>);
     STATIC_REQUIRE_FALSE(hitch::communicator_has_point_to_point<stand_in::comm_with_bad_request>);
@@ -166,4 +195,25 @@ TEST_CASE("communicator concept: models and near-misses", "[concepts]") {
     STATIC_REQUIRE_FALSE(hitch::communicator_has_rank_and_size<stand_in::comm_without_rank>);
     STATIC_REQUIRE_FALSE(hitch::communicator<stand_in::comm_without_rank>);
     STATIC_REQUIRE_FALSE(hitch::communicator<int>);
+}
+
+TEST_CASE("deadline_for: a communicator's own clock, else the steady clock", "[concepts]") {
+    STATIC_REQUIRE_FALSE(hitch::has_clock<stand_in::good_comm>);
+    STATIC_REQUIRE(hitch::has_clock<stand_in::comm_with_clock>);
+    stand_in::manual_clock virtual_time;
+    stand_in::comm_with_clock c;
+    c.source = &virtual_time;
+    const hitch::deadline limit = hitch::deadline_for(c, hitch::seconds_f(1.0));
+    CHECK_FALSE(limit.expired());
+    virtual_time.at += std::chrono::seconds(2);  // only virtual time passes
+    CHECK(limit.expired());
+    const hitch::deadline steady = hitch::deadline_for(stand_in::good_comm{}, hitch::seconds_f(60.0));
+    CHECK_FALSE(steady.expired());
+    CHECK(hitch::default_clock().now() <= steady.when());
+}
+
+TEST_CASE("step_context: what a sync policy may use", "[concepts]") {
+    STATIC_REQUIRE(hitch::step_context<hitch::step_context_archetype>);
+    STATIC_REQUIRE(hitch::step_context<stand_in::good_context>);
+    STATIC_REQUIRE_FALSE(hitch::step_context<stand_in::context_without_rank>);
 }

@@ -26,7 +26,7 @@ TEST_CASE("adam follows the published rule over 150 steps (plain, L2, AMSGrad)",
 }
 
 TEST_CASE("adamw follows the published rule over 150 steps, with per-layer decay exclusion", "[optim][adamw]") {
-    float_model m(sweep_sizes(), 37, {{}, optim::layer_flags::bias_or_norm()});
+    float_model m(sweep_sizes(), 37, {{}, hitch::layer_flags::bias_or_norm()});
     optim::model_optimizer<optim::adamw> opt({.weight_decay = 0.05f}, m.layers);
     adam_ref proto;
     proto.decoupled = true;
@@ -34,7 +34,7 @@ TEST_CASE("adamw follows the published rule over 150 steps, with per-layer decay
     std::vector<adam_ref> refs(m.layers.size(), proto);
     refs[1].wd = 0;
     CHECK(trajectory_error(opt, m, refs, 150, 7, [](int) { return 2e-3f; }) < 1e-5);
-    CHECK(optim::adamw::id() == "adamw");
+    CHECK(optim::adamw::name == "adamw");
     CHECK(optim::adamw().options().weight_decay == 1e-2f);
 }
 

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
-#include <string>
+#include <string_view>
 
 #include "hitch/concepts/optimizer.hpp"
 #include "hitch/optim/sgd.hpp"
@@ -16,41 +16,45 @@ struct no_state {
 };
 
 struct good {
-    struct options_type {};
+    struct options_type {
+        void validate() const {}
+    };
     template <hitch::device D>
     using state_type = no_state;
     good() = default;
-    explicit good(options_type) {}
+    explicit good(const options_type&) {}
     const options_type& options() const { return o_; }
-    static std::string id() { return "good"; }
+    static constexpr std::string_view name = "good";
     template <hitch::device D>
     no_state make_state(D&, std::size_t) const { return {}; }
-    void step(const hitch::optim::layer&, no_state&, float, const hitch::parallel_options&) const {}
+    void step(const hitch::layer&, no_state&, float, const hitch::parallel_options&) const {}
     options_type o_;
 };
 
 struct missing_options {  // no options_type
     template <hitch::device D>
     using state_type = no_state;
-    static std::string id() { return "x"; }
+    static constexpr std::string_view name = "x";
     template <hitch::device D>
     no_state make_state(D&, std::size_t) const { return {}; }
-    void step(const hitch::optim::layer&, no_state&, float, const hitch::parallel_options&) const {}
+    void step(const hitch::layer&, no_state&, float, const hitch::parallel_options&) const {}
 };
 
-struct missing_id : good {
+struct missing_name : good {
     using good::good;
-    static int id() { return 0; }  // not a name
+    static constexpr int name = 0;  // not a name
 };
 
 struct missing_state_type {
-    struct options_type {};
+    struct options_type {
+        void validate() const {}
+    };
     missing_state_type() = default;
     explicit missing_state_type(options_type) {}
     const options_type& options() const { return o_; }
-    static std::string id() { return "x"; }
+    static constexpr std::string_view name = "x";
     no_state make_state(hitch::cpu&, std::size_t) const { return {}; }
-    void step(const hitch::optim::layer&, no_state&, float, const hitch::parallel_options&) const {}
+    void step(const hitch::layer&, no_state&, float, const hitch::parallel_options&) const {}
     options_type o_;
 };
 
@@ -63,29 +67,33 @@ struct missing_buffers : good {
     using state_type = state_without_buffers;
     template <hitch::device D>
     state_without_buffers make_state(D&, std::size_t) const { return {}; }
-    void step(const hitch::optim::layer&, state_without_buffers&, float, const hitch::parallel_options&) const {}
+    void step(const hitch::layer&, state_without_buffers&, float, const hitch::parallel_options&) const {}
 };
 
 struct missing_make_state {
-    struct options_type {};
+    struct options_type {
+        void validate() const {}
+    };
     template <hitch::device D>
     using state_type = no_state;
     missing_make_state() = default;
     explicit missing_make_state(options_type) {}
     const options_type& options() const { return o_; }
-    static std::string id() { return "x"; }
-    void step(const hitch::optim::layer&, no_state&, float, const hitch::parallel_options&) const {}
+    static constexpr std::string_view name = "x";
+    void step(const hitch::layer&, no_state&, float, const hitch::parallel_options&) const {}
     options_type o_;
 };
 
 struct missing_step {
-    struct options_type {};
+    struct options_type {
+        void validate() const {}
+    };
     template <hitch::device D>
     using state_type = no_state;
     missing_step() = default;
     explicit missing_step(options_type) {}
     const options_type& options() const { return o_; }
-    static std::string id() { return "x"; }
+    static constexpr std::string_view name = "x";
     template <hitch::device D>
     no_state make_state(D&, std::size_t) const { return {}; }
     options_type o_;
@@ -98,16 +106,17 @@ TEST_CASE("optimizer concept: a complete stand-in satisfies it, each missing req
     STATIC_REQUIRE(hitch::optimizer<good>);
     STATIC_REQUIRE(hitch::check_optimizer<good>());
     STATIC_REQUIRE(hitch::optimizer<hitch::optim::sgd>);
+    STATIC_REQUIRE(hitch::optimizer_on<hitch::optim::sgd, hitch::cpu>);
     STATIC_REQUIRE_FALSE(hitch::optimizer_has_options<missing_options>);
     STATIC_REQUIRE_FALSE(hitch::optimizer<missing_options>);
-    STATIC_REQUIRE_FALSE(hitch::optimizer_has_id<missing_id>);
-    STATIC_REQUIRE_FALSE(hitch::optimizer<missing_id>);
-    STATIC_REQUIRE_FALSE(hitch::optimizer_has_state<missing_state_type>);
+    STATIC_REQUIRE_FALSE(hitch::optimizer_has_name<missing_name>);
+    STATIC_REQUIRE_FALSE(hitch::optimizer<missing_name>);
+    STATIC_REQUIRE_FALSE(hitch::optimizer_has_state_on<missing_state_type, hitch::host_device_archetype>);
     STATIC_REQUIRE_FALSE(hitch::optimizer<missing_state_type>);
     STATIC_REQUIRE_FALSE(hitch::optimizer_state<state_without_buffers>);
     STATIC_REQUIRE_FALSE(hitch::optimizer<missing_buffers>);
-    STATIC_REQUIRE_FALSE(hitch::optimizer_has_state<missing_make_state>);
+    STATIC_REQUIRE_FALSE(hitch::optimizer_has_state_on<missing_make_state, hitch::host_device_archetype>);
     STATIC_REQUIRE_FALSE(hitch::optimizer<missing_make_state>);
-    STATIC_REQUIRE_FALSE(hitch::optimizer_has_step<missing_step>);
+    STATIC_REQUIRE_FALSE(hitch::optimizer_steps_on<missing_step, hitch::host_device_archetype>);
     STATIC_REQUIRE_FALSE(hitch::optimizer<missing_step>);
 }

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "hitch/optim/layer.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/optim/model_optimizer.hpp"
 #include "reference.hpp"
 
@@ -17,10 +17,10 @@ namespace hitch_test {
 /// A model of float layers with owned storage.
 struct float_model {
     std::vector<std::vector<float>> params, grads;
-    std::vector<hitch::optim::layer> layers;
+    std::vector<hitch::layer> layers;
 
     float_model(const std::vector<std::size_t>& sizes, std::uint64_t seed,
-                const std::vector<hitch::optim::layer_flags>& flags = {}) {
+                const std::vector<hitch::layer_flags>& flags = {}) {
         params.reserve(sizes.size());
         grads.reserve(sizes.size());
         for (std::size_t k = 0; k < sizes.size(); ++k) {
@@ -29,7 +29,7 @@ struct float_model {
         }
         for (std::size_t k = 0; k < sizes.size(); ++k)
             layers.push_back({"layer" + std::to_string(k), hitch::view(params[k]), hitch::view(grads[k]),
-                              k < flags.size() ? flags[k] : hitch::optim::layer_flags{}});
+                              k < flags.size() ? flags[k] : hitch::layer_flags{}});
     }
     /// Fills step t's gradients; layer k's magnitude grows with k so layer norms differ.
     void fill_gradients(std::uint64_t seed, std::uint64_t t) {

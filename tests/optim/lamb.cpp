@@ -9,7 +9,7 @@ using namespace hitch_test;
 namespace optim = hitch::optim;
 
 TEST_CASE("lamb follows You et al. 2019 Algorithm 2 over 150 steps, with excluded layers", "[optim][lamb]") {
-    const std::vector<optim::layer_flags> flags = {{}, {}, optim::layer_flags::bias_or_norm(), {true, false},
+    const std::vector<hitch::layer_flags> flags = {{}, {}, hitch::layer_flags::bias_or_norm(), {true, false},
                                                    {false, true}, {}};
     for (const bool bias_correction : {true, false})
         for (const float wd : {0.0f, 0.01f}) {

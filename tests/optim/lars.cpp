@@ -10,7 +10,7 @@ namespace optim = hitch::optim;
 
 TEST_CASE("lars<momentum> follows You et al. 2017 Algorithm 1 over 150 steps, with excluded layers",
           "[optim][lars]") {
-    const std::vector<optim::layer_flags> flags = {{}, optim::layer_flags::bias_or_norm(), {}, {true, false},
+    const std::vector<hitch::layer_flags> flags = {{}, hitch::layer_flags::bias_or_norm(), {}, {true, false},
                                                    {false, true}, {}};
     for (const float wd : {0.0f, 5e-4f}) {
         float_model m(sweep_sizes(), 43, flags);
@@ -32,7 +32,7 @@ TEST_CASE("lars trust ratio is eta ||w|| / (||g|| + wd ||w|| + eps), 1 when excl
     const optim::lars_sgd opt({.trust_coefficient = 0.002f, .weight_decay = 0.1f, .epsilon = 0.5f});
     // ||w|| = 5, ||g|| = 1: 0.002 * 5 / (1 + 0.5 + 0.5)
     CHECK(opt.trust_ratio({"w", hitch::view(w), hitch::view(g)}) == Approx(0.005).epsilon(1e-6));
-    CHECK(opt.trust_ratio({"b", hitch::view(w), hitch::view(g), optim::layer_flags::bias_or_norm()}) == 1.0f);
+    CHECK(opt.trust_ratio({"b", hitch::view(w), hitch::view(g), hitch::layer_flags::bias_or_norm()}) == 1.0f);
     CHECK(opt.trust_ratio({"z", hitch::view(zero), hitch::view(g)}) == 1.0f);
     CHECK(opt.trust_ratio({"z", hitch::view(w), hitch::view(zero)}) == 1.0f);
     // excluded from decay only: 0.002 * 5 / (1 + 0 + 0.5)
@@ -67,7 +67,7 @@ TEST_CASE("lars over sgd and adam wraps the base rule with the trust-scaled grad
         }
     }
     CHECK(worst < 1e-5);
-    CHECK(optim::lars_adam::id() == "lars<adam>");
+    CHECK(optim::lars_adam::name == "lars<adam>");
 }
 
 TEST_CASE("lars kernel is the documented float operation order, bit for bit", "[optim][lars]") {

@@ -21,7 +21,7 @@ TEST_CASE("sgd follows the published rule over 150 steps for every layer shape",
 }
 
 TEST_CASE("sgd excludes flagged layers from weight decay", "[optim][sgd]") {
-    float_model m({50, 50}, 3, {{}, optim::layer_flags::bias_or_norm()});
+    float_model m({50, 50}, 3, {{}, hitch::layer_flags::bias_or_norm()});
     optim::model_optimizer<optim::sgd> opt({.weight_decay = 0.1f}, m.layers);
     std::vector<sgd_ref> refs{sgd_ref{0.1}, sgd_ref{0.0}};
     CHECK(trajectory_error(opt, m, refs, 100, 9, [](int) { return 0.1f; }) < 1e-5);

@@ -22,7 +22,7 @@ template <class O>
 void resume_is_exact(const typename O::options_type& options) {
     const int n = 12;
     const std::vector<std::size_t> sizes = {0, 1, 300, 9000};
-    const std::vector<optim::layer_flags> flags = {{}, optim::layer_flags::bias_or_norm(), {}, {}};
+    const std::vector<hitch::layer_flags> flags = {{}, hitch::layer_flags::bias_or_norm(), {}, {}};
     auto lr = [](int t) { return 0.01f / (1.0f + static_cast<float>(t)); };
 
     float_model straight(sizes, 71, flags);
@@ -53,7 +53,7 @@ void resume_is_exact(const typename O::options_type& options) {
         resumed.fill_gradients(3, static_cast<std::uint64_t>(t));
         c.step(lr(t));
     }
-    INFO(O::id());
+    INFO(O::name);
     CHECK(bitwise_equal(all_params(straight), all_params(resumed)));
 }
 
@@ -136,7 +136,7 @@ TEST_CASE("loading another optimizer's or another model's state throws mismatch_
 TEST_CASE("a state of format version 1, written by the first release, still loads", "[optim][state]") {
     // Momentum 0.9, two steps of lr 0.1 over layers "w" (3) and "b" (2) with constant gradients.
     std::vector<float> w = {1.0f, -2.0f, 0.5f}, gw = {0.25f, 0.5f, -1.0f}, b = {3.0f, 4.0f}, gb = {-0.5f, 2.0f};
-    std::vector<optim::layer> layers;
+    std::vector<hitch::layer> layers;
     layers.push_back({"w", hitch::view(w), hitch::view(gw), {}});
     layers.push_back({"b", hitch::view(b), hitch::view(gb), {}});
     optim::model_optimizer<optim::momentum> straight({.momentum = 0.9f}, layers);

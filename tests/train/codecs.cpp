@@ -38,7 +38,7 @@ struct quadratic {
     std::vector<float> w1 = std::vector<float>(rows * cols, 0.0f), g1 = w1;
     std::vector<float> w2 = std::vector<float>(cols, 0.0f), g2 = w2;
     static float target(std::size_t i) { return std::sin(0.37f * static_cast<float>(i)) + 0.5f; }
-    std::vector<hitch::optim::layer> layers() {
+    std::vector<hitch::layer> layers() {
         return {{"weight", hitch::view(w1), hitch::view(g1), {}, rows}, {"bias", hitch::view(w2), hitch::view(g2)}};
     }
     void gradients(int rank, int p, int step) {
@@ -114,12 +114,12 @@ TEST_CASE("every codec trains through data_parallel, keeps replicas identical an
     }
     SECTION("dgc (all-gather)") {
         // 768 weights at DGC's final 99.9% sparsity would send one element a step; 90% suits a layer this small.
-        compress::dgc::options d;
+        compress::dgc::options_type d;
         d.final_density = 0.1;
         check_codec(compress::dgc(d), 0.02, 0.1);
     }
     SECTION("randomk (additive)") {
-        compress::randomk::options k;
+        compress::randomk::options_type k;
         k.density = 0.25;  // unbiased scaling by 1/density multiplies the variance: a small rate
         check_codec(compress::randomk(k), 0.05, 0.5);
     }

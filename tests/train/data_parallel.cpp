@@ -45,8 +45,8 @@ struct toy_model {
             for (std::size_t i = 0; i < sizes[k]; ++i) w[k][i] = static_cast<float>(i % 13) * 0.25f - 1.0f;
         }
     }
-    std::vector<hitch::optim::layer> layers() {
-        std::vector<hitch::optim::layer> out;
+    std::vector<hitch::layer> layers() {
+        std::vector<hitch::layer> out;
         for (std::size_t k = 0; k < w.size(); ++k)
             out.push_back({"layer" + std::to_string(k), hitch::view(w[k]), hitch::view(g[k])});
         return out;
@@ -600,7 +600,7 @@ TEST_CASE("data_parallel options are validated", "[train][data_parallel]") {
                "scaler");
         bool empty_model = false;
         try {
-            hitch::data_parallel<hitch::optim::sgd> dp(comm, dev, std::vector<hitch::optim::layer>{});
+            hitch::data_parallel<hitch::optim::sgd> dp(comm, dev, std::vector<hitch::layer>{});
         } catch (const hitch::config_error&) {
             empty_model = true;
         }

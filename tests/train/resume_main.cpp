@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<float>> g = w;
     for (auto& layer : w)
         for (std::size_t i = 0; i < layer.size(); ++i) layer[i] = std::sin(static_cast<float>(i));
-    std::vector<hitch::optim::layer> layers;
+    std::vector<hitch::layer> layers;
     for (std::size_t k = 0; k < w.size(); ++k)
         layers.push_back({"layer" + std::to_string(k), hitch::view(w[k]), hitch::view(g[k])});
 

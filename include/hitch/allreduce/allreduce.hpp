@@ -16,5 +16,6 @@
 #include "hitch/allreduce/recursive_doubling.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/ring.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/concepts/allreduce_schedule.hpp"

@@ -18,12 +18,12 @@
 //
 // Calibration runs in the first call that needs it (the first automatic call of a group, and the first call
 // larger than 16 MiB, which adds a 64 MiB probe), in a transport of its own (a call number the group reserves
-// inside each call) under its own deadline (options::calibration_timeout_s) and within a time budget
-// (options::calibration_budget_s): probes that would not fit are left out, or take fewer runs, and the model is
+// inside each call) under its own deadline (options_type::calibration_timeout_s) and within a time budget
+// (options_type::calibration_budget_s): probes that would not fit are left out, or take fewer runs, and the model is
 // held beyond the last measured one. That call then runs its all-reduce with the caller's whole deadline,
 // starting after calibration. Every measurement is agreed (the
 // maximum over ranks) and every stop is decided by all ranks together, so all ranks take the same decisions at
-// the same call numbers. group::set_constants() or options::constants replace the measurements with the user's
+// the same call numbers. group::set_constants() or options_type::constants replace the measurements with the user's
 // constants and the pure model (the same on every rank). save_state() and load_state() carry the decisions
 // across a checkpoint: after load_state(), the same calls pick the same schedules without measuring.
 
@@ -53,6 +53,7 @@
 #include "hitch/allreduce/recursive_doubling.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/ring.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/allreduce/tuning.hpp"
 #include "hitch/comm/local.hpp"
@@ -65,7 +66,7 @@ namespace hitch::allreduce {
 
 class automatic {
 public:
-    struct options {
+    struct options_type {
         /// Use these constants instead of measuring (the same on every rank).
         std::optional<cost_constants> constants;
         /// Time budget of one calibration in seconds: probes that would not fit are left out (0: the constants
@@ -73,17 +74,17 @@ public:
         double calibration_budget_s = tuning::calibration_budget_s;
         /// Deadline of one calibration in seconds, apart from the caller's (which starts after calibration).
         double calibration_timeout_s = tuning::calibration_timeout_s;
-        ::hitch::allreduce::ring::options ring{};
-        ::hitch::allreduce::recursive_doubling::options recursive_doubling{};
-        ::hitch::allreduce::rabenseifner::options rabenseifner{};
-        ::hitch::allreduce::binary_tree::options binary_tree{};
-        ::hitch::allreduce::double_binary_tree::options double_binary_tree{};
+        ::hitch::allreduce::ring::options_type ring{};
+        ::hitch::allreduce::recursive_doubling::options_type recursive_doubling{};
+        ::hitch::allreduce::rabenseifner::options_type rabenseifner{};
+        ::hitch::allreduce::binary_tree::options_type binary_tree{};
+        ::hitch::allreduce::double_binary_tree::options_type double_binary_tree{};
         /// The parameter-server candidate is sharded over every rank (servers is capped at the world size).
-        ::hitch::allreduce::parameter_server::options parameter_server{.servers = 1 << 20};
+        ::hitch::allreduce::parameter_server::options_type parameter_server{.servers = 1 << 20};
 
         void validate() const {
             if (constants) constants->validate();
-            option_validator("hitch::allreduce::automatic::options")
+            option_validator("hitch::allreduce::automatic")
                 .closed("calibration_budget_s", calibration_budget_s, 0.0, 1e9)
                 .open_closed("calibration_timeout_s", calibration_timeout_s, 0.0, 1e9);
             ring.validate();
@@ -94,7 +95,7 @@ public:
             parameter_server.validate();
         }
 
-        friend bool operator==(const options&, const options&) = default;
+        friend bool operator==(const options_type&, const options_type&) = default;
     };
 
     static constexpr std::string_view name = "automatic";
@@ -102,7 +103,7 @@ public:
     /// Copies share what they decided (collectives copy the schedule they are given), so save_state() on the
     /// object a trainer keeps sees the decisions of every call made with it.
     automatic() = default;
-    explicit automatic(const options& o)
+    explicit automatic(const options_type& o)
         : options_(o),
           ring_(o.ring),
           recursive_doubling_(o.recursive_doubling),
@@ -112,7 +113,7 @@ public:
           parameter_server_(o.parameter_server) {
         options_.validate();
     }
-    [[nodiscard]] const options& settings() const noexcept { return options_; }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     /// The cost of the schedule the model picks.
     [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& k) const {
@@ -188,7 +189,7 @@ public:
     }
 
 private:
-    using memo_type = detail::decision_memo<options>;
+    using memo_type = detail::decision_memo<options_type>;
 
     /// The candidate for this call without measuring: a call of a size seen before costs one lock of the group's
     /// state and a scan of the remembered choices; -1 when this call must measure first (nothing measured yet, or
@@ -375,17 +376,17 @@ private:
         }
     };
 
-    options options_{};
+    options_type options_{};
     ring ring_{};
     recursive_doubling recursive_doubling_{};
     rabenseifner rabenseifner_{};
     binary_tree binary_tree_{};
     double_binary_tree double_binary_tree_{};
-    parameter_server parameter_server_{parameter_server::options{.servers = 1 << 20}};
+    parameter_server parameter_server_{parameter_server::options_type{.servers = 1 << 20}};
     detail::record_handle record_;
 };
 
-static_assert(hitch::allreduce_schedule<automatic, comm::local>,
+static_assert(schedule_for<automatic, comm::local>,
               "hitch::allreduce::automatic must model hitch::allreduce_schedule on comm::local");
 
 }  // namespace hitch::allreduce

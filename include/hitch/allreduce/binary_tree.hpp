@@ -20,35 +20,35 @@
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/detail/tree.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/comm/local.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::allreduce {
 
 class binary_tree {
 public:
-    struct options {
+    struct options_type {
         /// Bytes per pipelined segment.
         std::size_t segment_bytes = std::size_t{256} << 10;
         /// Segments in flight from each child (each needs one segment of scratch on the message path).
         int pipeline_depth = 4;
 
         void validate() const {
-            option_validator("hitch::allreduce::binary_tree::options")
+            option_validator("hitch::allreduce::binary_tree")
                 .closed("segment_bytes", segment_bytes, std::size_t{64}, std::size_t{1} << 30)
                 .closed("pipeline_depth", pipeline_depth, 1, 64);
         }
 
-        friend bool operator==(const options&, const options&) = default;
+        friend bool operator==(const options_type&, const options_type&) = default;
     };
 
     static constexpr std::string_view name = "binary_tree";
 
     binary_tree() = default;
-    explicit binary_tree(const options& o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& settings() const noexcept { return options_; }
+    explicit binary_tree(const options_type& o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& = {}) const {
         cost_estimate c;
@@ -105,12 +105,12 @@ private:
     [[nodiscard]] std::size_t segment_elements() const noexcept {
         return std::max<std::size_t>(1, options_.segment_bytes / sizeof(T));
     }
-    options options_{};
+    options_type options_{};
 };
 
-static_assert(hitch::allreduce_schedule<binary_tree, comm::local>,
+static_assert(schedule_for<binary_tree, comm::local>,
               "hitch::allreduce::binary_tree must model hitch::allreduce_schedule on comm::local");
-static_assert(hitch::rooted_schedule<binary_tree, comm::local>,
+static_assert(rooted_schedule_for<binary_tree, comm::local>,
               "hitch::allreduce::binary_tree must offer reduce and broadcast (hierarchical's Intra)");
 
 }  // namespace hitch::allreduce

@@ -29,7 +29,7 @@
 #include "hitch/allreduce/collectives.hpp"
 #include "hitch/allreduce/group.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/core/options.hpp"
 #include "hitch/core/tensor.hpp"
 
@@ -56,7 +56,7 @@ class fusion_buffer {
 public:
     explicit fusion_buffer(group<C>& g, const fusion_options& options = {}, const Schedule& schedule = Schedule{})
         : group_(g), options_(options), schedule_(schedule) {
-        static_assert(detail::check_schedule<Schedule, C>());
+        static_assert(check_schedule<Schedule, C>());
         options_.validate();
         capacity_ = std::max<std::size_t>(1, options_.bucket_bytes / sizeof(T));
     }

@@ -21,9 +21,9 @@
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/ring.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/comm/local.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::allreduce {
@@ -31,14 +31,14 @@ namespace hitch::allreduce {
 template <class Intra = binary_tree, class Inter = ring>
 class hierarchical {
 public:
-    struct options {
+    struct options_type {
         /// Consecutive ranks per group (the last group may be smaller); >= the world size means a single group.
         int ranks_per_group = 2;
-        typename Intra::options intra{};
-        typename Inter::options inter{};
+        typename Intra::options_type intra{};
+        typename Inter::options_type inter{};
 
         void validate() const {
-            option_validator("hitch::allreduce::hierarchical::options").closed("ranks_per_group", ranks_per_group, 1, 1 << 20);
+            option_validator("hitch::allreduce::hierarchical").closed("ranks_per_group", ranks_per_group, 1, 1 << 20);
             intra.validate();
             inter.validate();
         }
@@ -47,8 +47,10 @@ public:
     static constexpr std::string_view name = "hierarchical";
 
     hierarchical() = default;
-    explicit hierarchical(const options& o) : options_(o), intra_(o.intra), inter_(o.inter) { options_.validate(); }
-    [[nodiscard]] const options& settings() const noexcept { return options_; }
+    explicit hierarchical(const options_type& o) : options_(o), intra_(o.intra), inter_(o.inter) {
+        options_.validate();
+    }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& k = {}) const {
         const int g = std::min(std::max(options_.ranks_per_group, 1), std::max(p, 1));
@@ -66,10 +68,10 @@ public:
 
     template <communicator C, floating_element T>
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
-        static_assert(rooted_schedule<Intra, C>,
+        static_assert(rooted_schedule_for<Intra, C>,
                       "hitch::allreduce::hierarchical<Intra, Inter>: Intra must offer reduce() and broadcast() "
                       "(binary_tree and ring do)");
-        static_assert(allreduce_schedule<Inter, C>,
+        static_assert(schedule_for<Inter, C>,
                       "hitch::allreduce::hierarchical<Intra, Inter>: Inter must model hitch::allreduce_schedule");
         const int p = t.size();
         if (p <= 1) return;
@@ -104,12 +106,12 @@ private:
         shared_state<C> leaders_state;
     };
 
-    options options_{};
+    options_type options_{};
     Intra intra_{};
     Inter inter_{};
 };
 
-static_assert(hitch::allreduce_schedule<hierarchical<>, comm::local>,
+static_assert(schedule_for<hierarchical<>, comm::local>,
               "hitch::allreduce::hierarchical must model hitch::allreduce_schedule on comm::local");
 
 }  // namespace hitch::allreduce

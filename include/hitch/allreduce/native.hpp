@@ -2,7 +2,7 @@
 // hitch::allreduce::native: the communicator's own all-reduce — MPI_Allreduce on comm::mpi's MPI communicator.
 // The only schedule that depends on MPI, so it lives apart: hitch.hpp and the other schedules never include
 // <mpi.h>. On a communicator without a native collective (comm::local) it does not compile (it models
-// allreduce_schedule<native, comm::mpi> only), rather than failing at run time.
+// schedule_for<native, comm::mpi> only), rather than failing at run time.
 //
 // float and double sums use MPI_SUM; min and max use user-defined ops (so NaN propagates as in the other
 // schedules); half and bfloat16 travel as 16-bit words combined by user-defined ops in float. An average is an
@@ -27,10 +27,10 @@
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/rabenseifner.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/comm/mpi.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/error.hpp"
 
@@ -79,14 +79,15 @@ template <floating_element T>
 
 class native {
 public:
-    struct options {
+    struct options_type {
         void validate() const {}
     };
 
     static constexpr std::string_view name = "native";
 
     native() = default;
-    explicit native(const options&) {}
+    explicit native(const options_type& o) : options_(o) {}
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& k) const {
         if (k.has_native()) return native_cost(p, n_bytes, k);
@@ -129,11 +130,13 @@ public:
 
 private:
     static std::string_view name_of(dtype d) noexcept { return hitch::name(d); }
+
+    options_type options_{};
 };
 
-static_assert(hitch::allreduce_schedule<native, comm::mpi>,
+static_assert(schedule_for<native, comm::mpi>,
               "hitch::allreduce::native must model hitch::allreduce_schedule on comm::mpi");
-static_assert(!hitch::allreduce_schedule<native, comm::local>,
+static_assert(!schedule_for<native, comm::local>,
               "hitch::allreduce::native must be unavailable on comm::local, which has no all-reduce of its own");
 
 }  // namespace hitch::allreduce

@@ -23,16 +23,16 @@
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/partition.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/comm/local.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::allreduce {
 
 class parameter_server {
 public:
-    struct options {
+    struct options_type {
         /// Number of server shards (capped at the world size).
         int servers = 1;
         /// Bytes per pipelined segment of a shard.
@@ -41,13 +41,13 @@ public:
         int pipeline_depth = 2;
 
         void validate() const {
-            option_validator("hitch::allreduce::parameter_server::options")
+            option_validator("hitch::allreduce::parameter_server")
                 .closed("servers", servers, 1, 1 << 20)
                 .closed("segment_bytes", segment_bytes, std::size_t{64}, std::size_t{1} << 30)
                 .closed("pipeline_depth", pipeline_depth, 1, 64);
         }
 
-        friend bool operator==(const options&, const options&) = default;
+        friend bool operator==(const options_type&, const options_type&) = default;
     };
 
     static constexpr std::string_view name = "parameter_server";
@@ -55,8 +55,8 @@ public:
     static constexpr int pull_channel = 1;
 
     parameter_server() = default;
-    explicit parameter_server(const options& o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& settings() const noexcept { return options_; }
+    explicit parameter_server(const options_type& o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     /// The rank that serves shard k of s.
     [[nodiscard]] static constexpr int server_rank(int k, int s, int p) noexcept {
@@ -184,10 +184,10 @@ public:
     }
 
 private:
-    options options_{};
+    options_type options_{};
 };
 
-static_assert(hitch::allreduce_schedule<parameter_server, comm::local>,
+static_assert(schedule_for<parameter_server, comm::local>,
               "hitch::allreduce::parameter_server must model hitch::allreduce_schedule on comm::local");
 
 }  // namespace hitch::allreduce

@@ -20,28 +20,28 @@
 #include "hitch/allreduce/detail/fold.hpp"
 #include "hitch/allreduce/partition.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/comm/local.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::allreduce {
 
 class rabenseifner {
 public:
-    struct options {
+    struct options_type {
         /// Bytes per pipelined message within a round.
         std::size_t segment_bytes = std::size_t{1} << 20;
         /// Receives in flight per round.
         int pipeline_depth = 4;
 
         void validate() const {
-            option_validator("hitch::allreduce::rabenseifner::options")
+            option_validator("hitch::allreduce::rabenseifner")
                 .closed("segment_bytes", segment_bytes, std::size_t{64}, std::size_t{1} << 30)
                 .closed("pipeline_depth", pipeline_depth, 1, 64);
         }
 
-        friend bool operator==(const options&, const options&) = default;
+        friend bool operator==(const options_type&, const options_type&) = default;
     };
 
     static constexpr std::string_view name = "rabenseifner";
@@ -51,8 +51,8 @@ public:
     static constexpr int fold_out_channel = 3;
 
     rabenseifner() = default;
-    explicit rabenseifner(const options& o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& settings() const noexcept { return options_; }
+    explicit rabenseifner(const options_type& o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& = {}) const {
         cost_estimate c;
@@ -134,10 +134,10 @@ public:
     }
 
 private:
-    options options_{};
+    options_type options_{};
 };
 
-static_assert(hitch::allreduce_schedule<rabenseifner, comm::local>,
+static_assert(schedule_for<rabenseifner, comm::local>,
               "hitch::allreduce::rabenseifner must model hitch::allreduce_schedule on comm::local");
 
 }  // namespace hitch::allreduce

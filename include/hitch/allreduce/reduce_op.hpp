@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "hitch/core/dtype.hpp"
+#include "hitch/core/reduce_op.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -28,20 +29,7 @@
 
 namespace hitch::allreduce {
 
-/// How contributions are combined. `average` is a sum divided by the number of ranks.
-enum class reduce_op : std::uint8_t { sum = 0, average = 1, min = 2, max = 3 };
-
-[[nodiscard]] constexpr std::string_view name(reduce_op op) noexcept {
-    switch (op) {
-        case reduce_op::sum: return "sum";
-        case reduce_op::average: return "average";
-        case reduce_op::min: return "min";
-        case reduce_op::max: return "max";
-    }
-    return "invalid-op";
-}
-
-[[nodiscard]] constexpr bool is_valid(reduce_op op) noexcept { return static_cast<std::uint8_t>(op) <= 3; }
+using hitch::reduce_op;
 
 /// The type arithmetic happens in: float for float, half and bfloat16; double for double.
 template <floating_element T>

@@ -24,16 +24,16 @@
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/partition.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/comm/local.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::allreduce {
 
 class ring {
 public:
-    struct options {
+    struct options_type {
         /// Bytes per pipelined message; a chunk larger than this streams as several.
         std::size_t segment_bytes = std::size_t{1} << 20;
         /// Receives kept in flight per step (each needs one segment of scratch on the message path).
@@ -43,12 +43,12 @@ public:
         bool wavefront = true;
 
         void validate() const {
-            option_validator("hitch::allreduce::ring::options")
+            option_validator("hitch::allreduce::ring")
                 .closed("segment_bytes", segment_bytes, std::size_t{64}, std::size_t{1} << 30)
                 .closed("pipeline_depth", pipeline_depth, 1, 64);
         }
 
-        friend bool operator==(const options&, const options&) = default;
+        friend bool operator==(const options_type&, const options_type&) = default;
     };
 
     static constexpr std::string_view name = "ring";
@@ -57,8 +57,8 @@ public:
     static constexpr int chain_channel = 2;
 
     ring() = default;
-    explicit ring(const options& o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& settings() const noexcept { return options_; }
+    explicit ring(const options_type& o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& = {}) const {
         cost_estimate c;
@@ -312,12 +312,12 @@ private:
     [[nodiscard]] std::size_t segment_elements() const noexcept {
         return std::max<std::size_t>(1, options_.segment_bytes / sizeof(T));
     }
-    options options_{};
+    options_type options_{};
 };
 
-static_assert(hitch::allreduce_schedule<ring, comm::local>,
+static_assert(schedule_for<ring, comm::local>,
               "hitch::allreduce::ring must model hitch::allreduce_schedule on comm::local");
-static_assert(hitch::rooted_schedule<ring, comm::local>,
+static_assert(rooted_schedule_for<ring, comm::local>,
               "hitch::allreduce::ring must offer reduce and broadcast (hierarchical's Intra)");
 
 }  // namespace hitch::allreduce

@@ -72,11 +72,4 @@ inline constexpr std::size_t decision_memo_capacity = 64;
 
 // ---- the cost model's defaults -----------------------------------------------------------------------------
 
-/// Constants the model uses before anything is measured (cost_constants{}): orders of magnitude of a
-/// shared-memory message (5 us) and of copying and combining at 10 GB/s, not a measurement; automatic replaces
-/// them with measured ones on its first call.
-inline constexpr double default_alpha_s = 5e-6;
-inline constexpr double default_beta_s_per_byte = 1e-10;
-inline constexpr double default_gamma_s_per_byte = 1e-10;
-
 }  // namespace hitch::allreduce::tuning

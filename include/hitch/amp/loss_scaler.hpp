@@ -127,7 +127,7 @@ public:
     template <optimizer O, device D>
     bool step(optim::model_optimizer<O, D>& opt, float lr) {
         bool overflow = false;
-        for (const optim::layer& l : opt.layers()) overflow |= unscale(l.grads);
+        for (const hitch::layer& l : opt.layers()) overflow |= unscale(l.grads);
         const bool apply = update(overflow);
         if (apply) opt.step(lr);
         return apply;

@@ -24,10 +24,10 @@
 #include "hitch/concepts/optimizer.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/device/buffer.hpp"
 #include "hitch/device/cpu.hpp"
-#include "hitch/optim/layer.hpp"
 #include "hitch/optim/model_optimizer.hpp"
 
 namespace hitch::amp {
@@ -38,8 +38,8 @@ struct low_precision_layer {
     std::string name;
     tensor_view<Low> params;
     tensor_view<Low> grads;
-    optim::layer_flags flags{};
-    /// Matrix rows for low-rank gradient codecs (see optim::layer::rows); 0: a vector.
+    hitch::layer_flags flags{};
+    /// Matrix rows for low-rank gradient codecs (see hitch::layer::rows); 0: a vector.
     std::size_t rows = 0;
 };
 
@@ -57,9 +57,11 @@ struct mixed_precision_options {
     }
 };
 
-template <optimizer O, floating_element Low, agreement_group C = single_process, device D = cpu>
+template <class O, floating_element Low, agreement_group C = single_process, class D = cpu>
     requires(!std::same_as<Low, float>)
 class mixed_precision_optimizer {
+    static_assert(check_optimizer<O, D>());
+
 public:
     using optimizer_options = typename O::options_type;
 
@@ -161,8 +163,8 @@ private:
         }
         return out;
     }
-    std::vector<optim::layer> master_layers() const {
-        std::vector<optim::layer> out;
+    std::vector<hitch::layer> master_layers() const {
+        std::vector<hitch::layer> out;
         for (std::size_t k = 0; k < low_.size(); ++k)
             out.push_back({low_[k].name, masters_[k].params.view(), masters_[k].grads.view(), low_[k].flags});
         return out;

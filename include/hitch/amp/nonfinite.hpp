@@ -23,9 +23,9 @@
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/core/tensor.hpp"
-#include "hitch/optim/layer.hpp"
 
 namespace hitch::amp {
 
@@ -149,7 +149,7 @@ public:
     /// Collective when C is a communicator. True: every gradient on every rank is finite, apply the step.
     /// False: some rank saw a non-finite gradient and the policy is skip_step. Otherwise throws
     /// nonfinite_gradient_error on every rank.
-    bool check(std::span<const optim::layer> layers, std::uint64_t step) {
+    bool check(std::span<const hitch::layer> layers, std::uint64_t step) {
         detail::nonfinite_report mine;
         for (std::size_t k = 0; k < layers.size() && mine.layer < 0; ++k) {
             const std::size_t i = detail::first_nonfinite(layers[k].grads.as_const(), options_.execution);

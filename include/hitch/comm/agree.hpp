@@ -37,7 +37,7 @@ template <communicator C, class T>
     // Bruck: block j of `blocks` holds rank (me + j) % p's value; after round k the first min(2^(k+1), p) are known.
     std::vector<std::byte> blocks(static_cast<std::size_t>(p) * sizeof(T));
     std::memcpy(blocks.data(), &value, sizeof(T));
-    const deadline limit(comm.timeout());
+    const deadline limit = deadline_for(comm, comm.timeout());
     for (int have = 1; have < p; have *= 2) {
         const int count = std::min(have, p - have);
         const int to = (me - have + p) % p;
@@ -60,9 +60,10 @@ template <communicator C, class T>
 /// Checks that every rank passed an equal `value` (compared bytewise, or with == when T has it). On any difference
 /// every rank throws mismatch_error: "<what>: rank 0 has <v0>, rank 1 has <v1>, ...", each value written by
 /// `format(os, value)` (default: operator<< when T has one, else its bytes in hex).
-template <communicator C, class T, class Format>
+template <class C, class T, class Format>
     requires std::is_trivially_copyable_v<T>
 void agree(C& comm, const T& value, std::string_view what, Format&& format) {
+    static_assert(check_communicator<C>());
     const std::vector<T> all = allgather_value(comm, value);
     const auto same = [&](const T& a, const T& b) {
         if constexpr (requires { { a == b } -> std::convertible_to<bool>; }) return static_cast<bool>(a == b);
@@ -79,9 +80,10 @@ void agree(C& comm, const T& value, std::string_view what, Format&& format) {
     throw mismatch_error(s.str());
 }
 
-template <communicator C, class T>
+template <class C, class T>
     requires std::is_trivially_copyable_v<T>
 void agree(C& comm, const T& value, std::string_view what) {
+    static_assert(check_communicator<C>());
     agree(comm, value, what, [](std::ostream& os, const T& v) {
         if constexpr (requires { os << v; }) {
             os << v;

@@ -76,7 +76,7 @@ public:
     /// Densities of the warm-up stages: sparsity 75%, 93.75%, 98.4375%, 99.6%.
     static constexpr std::array<double, 4> warmup_density = {0.25, 0.0625, 0.015625, 0.004};
 
-    using options = dgc_options;
+    using options_type = dgc_options;
     struct state {
         std::size_t count = 0;
         std::uint64_t step = 0;
@@ -88,8 +88,8 @@ public:
     };
 
     dgc() = default;
-    explicit dgc(options o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+    explicit dgc(options_type o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const {
         return {count, 0, std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f),
@@ -204,7 +204,7 @@ public:
     }
 
 private:
-    options options_{};
+    options_type options_{};
 };
 
 static_assert(compressor<dgc>, "compress::dgc must model hitch::compressor");

@@ -15,7 +15,6 @@
 // nested in it, for checkpoints next to the optimizer's state.
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +28,7 @@
 #include "hitch/compress/none.hpp"
 #include "hitch/compress/wire.hpp"
 #include "hitch/concepts/compressor.hpp"
+#include "hitch/core/fixed_string.hpp"
 
 namespace hitch::compress {
 
@@ -51,35 +51,23 @@ struct summable_of<Codec, T> {
     using type = typename Codec::template summable_t<T>;
 };
 
-template <class Codec>
-struct ef_name {
-    static constexpr auto storage = [] {
-        std::array<char, 3 + Codec::name.size()> a{};
-        a[0] = 'e';
-        a[1] = 'f';
-        a[2] = '_';
-        for (std::size_t i = 0; i < Codec::name.size(); ++i) a[3 + i] = Codec::name[i];
-        return a;
-    }();
-    static constexpr std::string_view value{storage.data(), storage.size()};
-};
+inline constexpr std::string_view ef_prefix = "ef_";
 
 }  // namespace detail
 
 /// Wraps any codec with a per-bucket residual (error feedback).
 template <class Codec>
 class error_feedback {
-    static_assert(compressor<Codec>,
-                  "error_feedback<Codec>: Codec must model hitch::compressor (codec_id, name, traits, state, "
-                  "make_state, encode, max_message_bytes, decode, decode_add, save_state, load_state)");
+    static_assert(check_compressor<Codec>());
     static_assert(!detail::has_own_error_feedback<Codec>,
                   "error_feedback<Codec>: this codec already keeps its own residual (DGC's accumulated velocity, "
                   "PowerSGD's error); wrapping it would count the residual twice");
 
 public:
     using inner_codec = Codec;
+    using options_type = typename Codec::options_type;
     static constexpr std::uint8_t codec_id = Codec::codec_id;
-    static constexpr std::string_view name = detail::ef_name<Codec>::value;
+    static constexpr std::string_view name = join_names<detail::ef_prefix, Codec::name>;
     static constexpr std::string_view who = "hitch::compress::error_feedback";
     static constexpr bool additive = Codec::additive;
     static constexpr bool needs_error_feedback = false;
@@ -97,6 +85,8 @@ public:
 
     error_feedback() = default;
     explicit error_feedback(Codec codec) : codec_(std::move(codec)) {}
+    explicit error_feedback(const options_type& o) : codec_(o) {}
+    [[nodiscard]] const options_type& options() const noexcept { return codec_.options(); }
 
     [[nodiscard]] const Codec& inner() const noexcept { return codec_; }
 

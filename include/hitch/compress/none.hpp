@@ -28,9 +28,16 @@ public:
     static constexpr bool needs_error_feedback = false;
     static constexpr bool ring_compressible = false;
 
+    struct options_type {
+        void validate() const {}
+    };
     using state = empty_state;
     template <class T>
     using summable_t = std::remove_const_t<T>;
+
+    none() = default;
+    explicit none(const options_type& o) : options_(o) {}
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const { return {count}; }
     /// The largest message (double elements) for n elements.
@@ -154,6 +161,8 @@ private:
             default: convert<Add, double>(p, out); break;  // open() admits only floating types
         }
     }
+
+    options_type options_{};
 };
 
 static_assert(compressor<none>, "compress::none must model hitch::compressor");

@@ -246,12 +246,12 @@ public:
     static constexpr bool needs_error_feedback = true;
     static constexpr bool ring_compressible = true;
 
-    using options = onebit_options;
+    using options_type = onebit_options;
     using state = empty_state;
 
     onebit() = default;
-    explicit onebit(options o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+    explicit onebit(options_type o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const { return {count}; }
 
@@ -378,7 +378,7 @@ private:
         return w.finish(payload);
     }
 
-    options options_{};
+    options_type options_{};
 };
 
 static_assert(compressor<onebit>, "compress::onebit must model hitch::compressor");

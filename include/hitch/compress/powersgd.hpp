@@ -104,7 +104,7 @@ public:
     static constexpr bool ring_compressible = false;
     static constexpr bool own_error_feedback = true;
 
-    using options = powersgd_options;
+    using options_type = powersgd_options;
 
     struct layer {
         std::size_t offset = 0;    // first element in the bucket
@@ -132,8 +132,8 @@ public:
     };
 
     powersgd() = default;
-    explicit powersgd(options o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+    explicit powersgd(options_type o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     /// A bucket of `count` elements seen as one nearly square matrix.
     [[nodiscard]] state make_state(std::size_t count) const {
@@ -520,7 +520,7 @@ private:
         }
     }
 
-    options options_{};
+    options_type options_{};
 };
 
 static_assert(compressor<powersgd>, "compress::powersgd must model hitch::compressor");

@@ -75,7 +75,7 @@ public:
     static constexpr bool needs_error_feedback = false;
     static constexpr bool ring_compressible = true;
 
-    using options = qsgd_options;
+    using options_type = qsgd_options;
     struct state {
         std::size_t count = 0;
         std::uint64_t step = 0;    // advances the random numbers every encode
@@ -85,8 +85,8 @@ public:
     };
 
     qsgd() = default;
-    explicit qsgd(options o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+    explicit qsgd(options_type o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const { return {count, 0, 0, {}, {}}; }
     /// Bits per fixed-width code.
@@ -376,7 +376,7 @@ private:
         }
     }
 
-    options options_{};
+    options_type options_{};
 };
 
 static_assert(compressor<qsgd>, "compress::qsgd must model hitch::compressor");

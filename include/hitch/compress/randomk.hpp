@@ -93,7 +93,7 @@ public:
     static constexpr bool needs_error_feedback = false;
     static constexpr bool ring_compressible = false;
 
-    using options = randomk_options;
+    using options_type = randomk_options;
     struct state {
         std::size_t count = 0;
         std::uint64_t step = 0;                 // the same on every rank
@@ -105,8 +105,8 @@ public:
     using summable_t = float;
 
     randomk() = default;
-    explicit randomk(options o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+    explicit randomk(options_type o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const { return {count, 0, 0, {}, {}}; }
     [[nodiscard]] std::size_t k(std::size_t n) const noexcept { return detail::selected_count(n, options_.density); }
@@ -207,7 +207,7 @@ private:
         return w.finish(payload);
     }
 
-    options options_{};
+    options_type options_{};
 };
 
 static_assert(compressor<randomk>, "compress::randomk must model hitch::compressor");

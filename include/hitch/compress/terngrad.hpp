@@ -61,7 +61,7 @@ public:
     static constexpr bool needs_error_feedback = false;
     static constexpr bool ring_compressible = true;
 
-    using options = terngrad_options;
+    using options_type = terngrad_options;
     struct state {
         std::size_t count = 0;
         std::uint64_t step = 0;
@@ -69,8 +69,8 @@ public:
     };
 
     terngrad() = default;
-    explicit terngrad(options o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+    explicit terngrad(options_type o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const { return {count, 0, 0}; }
     [[nodiscard]] static constexpr std::size_t message_bytes(std::size_t n) noexcept {
@@ -240,7 +240,7 @@ private:
         return w.finish(payload);
     }
 
-    options options_{};
+    options_type options_{};
 };
 
 static_assert(compressor<terngrad>, "compress::terngrad must model hitch::compressor");

@@ -52,15 +52,15 @@ public:
     static constexpr bool needs_error_feedback = true;
     static constexpr bool ring_compressible = false;
 
-    using options = threshold_options;
+    using options_type = threshold_options;
     struct state {
         std::size_t count = 0;
         detail::sparse_selection selection;  // workspace
     };
 
     threshold() = default;
-    explicit threshold(options o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+    explicit threshold(options_type o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const { return {count, {}}; }
     [[nodiscard]] std::size_t max_message_bytes(std::size_t n) const noexcept {
@@ -158,7 +158,7 @@ private:
         return w.finish(payload);
     }
 
-    options options_{};
+    options_type options_{};
 };
 
 static_assert(compressor<threshold>, "compress::threshold must model hitch::compressor");

@@ -78,7 +78,7 @@ public:
     static constexpr bool needs_error_feedback = true;
     static constexpr bool ring_compressible = false;
 
-    using options = topk_options;
+    using options_type = topk_options;
     struct state {
         std::size_t count = 0;
         std::uint64_t step = 0;              // advances the sampling seed
@@ -88,8 +88,8 @@ public:
     };
 
     topk() = default;
-    explicit topk(options o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+    explicit topk(options_type o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const { return {count, 0, {}, {}, 0}; }
     [[nodiscard]] std::size_t k(std::size_t n) const noexcept { return detail::selected_count(n, options_.density); }
@@ -155,7 +155,7 @@ private:
         return w.finish(payload);
     }
 
-    options options_{};
+    options_type options_{};
 };
 
 static_assert(compressor<topk>, "compress::topk must model hitch::compressor");

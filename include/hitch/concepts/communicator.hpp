@@ -17,6 +17,9 @@
 // C::request models hitch::request: test() (non-blocking), wait() (communicator's deadline), wait(deadline),
 // status() after completion, describe() for error messages. A request destroyed while pending is cancelled.
 // Messages between one pair of ranks with the same tag arrive in the order they were sent.
+//
+// A communicator with its own time (a simulated cluster on virtual time) models has_clock (c.clock() ->
+// const clock_source&); blocking calls build their deadlines with deadline_for(comm, timeout).
 
 #include <chrono>
 #include <concepts>
@@ -157,5 +160,51 @@ template <class C>
 concept carries_device_memory = requires(const C& c, memory_space space) {
     { c.carries(space) } -> std::convertible_to<bool>;
 };
+/// A communicator that measures time on its own clock (virtual time in a simulated cluster).
+template <class C>
+concept has_clock = requires(const C& c) {
+    { c.clock() } -> std::convertible_to<const clock_source&>;
+};
+
+/// The deadline `timeout` from now on the communicator's clock: its own where it has one, else the steady clock.
+template <class C>
+[[nodiscard]] deadline deadline_for(const C& comm, seconds_f timeout) {
+    if constexpr (has_clock<C>) return deadline(timeout, comm.clock());
+    else return deadline(timeout);
+}
+
+/// Returns true when C models communicator; otherwise fails to compile with one sentence naming the first
+/// requirement C misses and what to write. Use it where a user's communicator first meets hitch:
+/// `static_assert(check_communicator<C>());`.
+template <class C>
+consteval bool check_communicator() {
+    if constexpr (!std::movable<C>) {
+        static_assert(std::movable<C>, "hitch::communicator: the communicator type cannot be moved: give it a move "
+                                       "constructor and a move assignment");
+    } else if constexpr (!communicator_has_rank_and_size<C>) {
+        static_assert(communicator_has_rank_and_size<C>, "hitch::communicator: the communicator type has no rank or "
+                                                         "size: add `int rank() const` and `int size() const`");
+    } else if constexpr (!communicator_has_point_to_point<C>) {
+        static_assert(communicator_has_point_to_point<C>,
+                      "hitch::communicator: the communicator type cannot send or receive: add a nested `request` "
+                      "type (test(), wait(), wait(deadline), status(), describe()), `request isend(std::span<const "
+                      "T>, int peer, int tag)`, `request irecv(std::span<T>, int peer, int tag)`, "
+                      "`message_info probe(int peer, int tag)` and `int max_tag() const`");
+    } else if constexpr (!communicator_has_barrier<C>) {
+        static_assert(communicator_has_barrier<C>, "hitch::communicator: the communicator type has no barrier: add "
+                                                   "`void barrier()`");
+    } else if constexpr (!communicator_has_split<C>) {
+        static_assert(communicator_has_split<C>, "hitch::communicator: the communicator type cannot split: add "
+                                                 "`C split(int color, int key)` returning the same type");
+    } else if constexpr (!communicator_has_deadline<C>) {
+        static_assert(communicator_has_deadline<C>, "hitch::communicator: the communicator type has no timeout: add "
+                                                    "`hitch::seconds_f timeout() const` and "
+                                                    "`void set_timeout(hitch::seconds_f)`");
+    } else if constexpr (!communicator_has_name<C>) {
+        static_assert(communicator_has_name<C>, "hitch::communicator: the communicator type has no name: add "
+                                                "`std::string_view name() const`");
+    }
+    return true;
+}
 
 }  // namespace hitch

@@ -4,7 +4,10 @@
 // onebit, threshold, topk, dgc, randomk, qsgd, terngrad, powersgd and error_feedback<X>; a user's codec plugs in
 // by modelling it.
 //
-//   X::codec_id, X::name                   the id in the message header (user codecs: 128..255) and a name
+//   X::codec_id, X::name                   the id in the message header (user codecs: 128..255) and
+//                                          static constexpr std::string_view name
+//   X::options_type, X(options_type), X(), x.options()
+//                                          typed options with validate(), checked by the constructor
 //   X::additive                            messages can be summed in transit (an all-reduce carries them)
 //   X::needs_error_feedback                biased: use it inside error_feedback<X> (or with its own accumulation)
 //   X::ring_compressible                   has the compression-aware ring form (re-encode at every hop)
@@ -39,6 +42,13 @@ concept compressor_has_identity = requires {
     { X::codec_id } -> std::convertible_to<std::uint8_t>;
     { X::name } -> std::convertible_to<std::string_view>;
 };
+
+template <class X>
+concept compressor_has_options =
+    requires { typename X::options_type; } && requires(const X& x, const typename X::options_type& o) {
+        o.validate();
+        { x.options() } -> std::convertible_to<const typename X::options_type&>;
+    } && std::default_initializable<X> && std::constructible_from<X, const typename X::options_type&>;
 
 template <class X>
 concept compressor_has_traits = requires {
@@ -77,9 +87,52 @@ concept compressor_saves_state =
 
 /// A gradient codec with a checked wire format and typed per-bucket state.
 template <class X>
-concept compressor = std::copy_constructible<X> && compressor_has_identity<X> && compressor_has_traits<X> &&
-                     compressor_has_state<X> && compressor_can_encode<X> && compressor_can_decode<X> &&
-                     compressor_saves_state<X>;
+concept compressor = std::copy_constructible<X> && compressor_has_identity<X> && compressor_has_options<X> &&
+                     compressor_has_traits<X> && compressor_has_state<X> && compressor_can_encode<X> &&
+                     compressor_can_decode<X> && compressor_saves_state<X>;
+
+/// Returns true when X models compressor; otherwise fails to compile with one sentence naming the first
+/// requirement X misses and what to write. Use it where a user's codec first meets hitch:
+/// `static_assert(check_compressor<X>());`.
+template <class X>
+consteval bool check_compressor() {
+    if constexpr (!std::copy_constructible<X>) {
+        static_assert(std::copy_constructible<X>, "hitch::compressor: the codec type cannot be copied: a codec "
+                                                  "holds only its options; keep per-bucket data in its state");
+    } else if constexpr (!compressor_has_identity<X>) {
+        static_assert(compressor_has_identity<X>, "hitch::compressor: the codec type has no identity: add "
+                                                  "`static constexpr std::uint8_t codec_id = 200;` (128..255 for "
+                                                  "your own codecs) and `static constexpr std::string_view name = "
+                                                  "\"my_codec\";`");
+    } else if constexpr (!compressor_has_options<X>) {
+        static_assert(compressor_has_options<X>,
+                      "hitch::compressor: the codec type has no options: add a nested `struct options_type { void "
+                      "validate() const; };`, a default constructor, a constructor taking `const options_type&` and "
+                      "`const options_type& options() const`");
+    } else if constexpr (!compressor_has_traits<X>) {
+        static_assert(compressor_has_traits<X>, "hitch::compressor: the codec type does not state its traits: add "
+                                                "`static constexpr bool additive`, `needs_error_feedback` and "
+                                                "`ring_compressible`");
+    } else if constexpr (!compressor_has_state<X>) {
+        static_assert(compressor_has_state<X>, "hitch::compressor: the codec type has no per-bucket state: add a "
+                                               "nested `state` type and `state make_state(std::size_t n) const`");
+    } else if constexpr (!compressor_can_encode<X>) {
+        static_assert(compressor_can_encode<X>, "hitch::compressor: the codec type cannot encode: add "
+                                                "`std::size_t encode(hitch::tensor_view<const float>, state&, "
+                                                "std::vector<std::byte>&) const` and "
+                                                "`std::size_t max_message_bytes(std::size_t n) const`");
+    } else if constexpr (!compressor_can_decode<X>) {
+        static_assert(compressor_can_decode<X>, "hitch::compressor: the codec type cannot decode: add "
+                                                "`void decode(std::span<const std::byte>, hitch::tensor_view<float>) "
+                                                "const` and `void decode_add(std::span<const std::byte>, "
+                                                "hitch::tensor_view<float>) const`");
+    } else if constexpr (!compressor_saves_state<X>) {
+        static_assert(compressor_saves_state<X>, "hitch::compressor: the codec type cannot save its state: add "
+                                                 "`void save_state(const state&, std::vector<std::byte>&) const` and "
+                                                 "`void load_state(std::span<const std::byte>, state&) const`");
+    }
+    return true;
+}
 
 /// An additive codec whose encoded elements an all-reduce can sum: encode_summable writes summable_count(state, n)
 /// elements of type summable_t<T>, decode_summed turns the sum back into gradients.

@@ -1,26 +1,28 @@
 #pragma once
 // hitch::sync_policy<P>: how replicas stay in step. A policy decides, once per training step, what is exchanged
 // and when, by driving the exchange machinery data_parallel hands it (a step context). Modelled by sync::hard
-// (all-reduce every step) and sync::local_sgd (average parameters every k steps); the soft, asynchronous,
-// stale-synchronous, elastic-averaging and backup-worker policies model it the same way, some of them running the
-// optimizer on parameter-server shards through the same context.
+// (all-reduce every step) and sync::local_sgd (average parameters every k steps).
 //
-//   P::options_type, P(options), p.options()      typed options, validated by the constructor (config_error)
-//   P::name                                       "hard", "local_sgd", ...
+//   P::name                                       static constexpr std::string_view: "hard", "local_sgd", ...
+//   P::options_type, P(options_type), P(), p.options()
+//                                                 typed options with validate(), checked by the constructor
 //   P::exchanges_gradients                        true: data_parallel starts each gradient bucket's exchange as
 //                                                 backward produces it (gradient_ready), to overlap it
-//   p.step(ctx) -> sync::step_result              one training step: finish exchanges, step the optimizer,
+//   template <step_context Ctx> p.step(Ctx&) -> sync::step_result
+//                                                 one training step: finish exchanges, step the optimizer,
 //                                                 synchronise parameters, as the policy dictates
 //   p.staleness() -> std::uint64_t                how many steps behind the freshest parameters this replica may be
 //   p.save_state(blob), p.load_state(bytes)       the policy's own position (e.g. local steps since averaging)
 //
-// The step context (modelled by data_parallel's engine; see step_context_archetype for the exact members):
+// step_context<Ctx> names what every policy may use (modelled by data_parallel's engine):
 //   ctx.finish_gradient_exchange() -> bool   waits for every bucket; unscales and agrees on finiteness across ranks;
 //                                            false when the step must be skipped (every rank gets the same answer)
 //   ctx.check_local_gradients() -> bool      the same agreement without exchanging gradients
 //   ctx.apply_optimizer()                    steps every layer with the current learning rate
 //   ctx.average_parameters(bool with_state)  all-reduce-average the parameters (and optimizer state) over ranks
 //   ctx.step_index(), ctx.rank(), ctx.size()
+// A policy is checked against step_context_archetype, the least context; a policy that needs more (a parameter
+// server's push and pull) asks for a refinement of step_context in its own step's constraint.
 
 #include <concepts>
 #include <cstddef>
@@ -45,7 +47,19 @@ struct step_result {
 
 }  // namespace sync
 
-/// The members a sync policy may use; every data_parallel engine provides at least these.
+/// What every sync policy may ask of the training step it drives.
+template <class Ctx>
+concept step_context = requires(Ctx& ctx, const Ctx& cctx, bool with_state) {
+    { ctx.finish_gradient_exchange() } -> std::convertible_to<bool>;
+    { ctx.check_local_gradients() } -> std::convertible_to<bool>;
+    ctx.apply_optimizer();
+    ctx.average_parameters(with_state);
+    { cctx.step_index() } -> std::convertible_to<std::uint64_t>;
+    { cctx.rank() } -> std::convertible_to<int>;
+    { cctx.size() } -> std::convertible_to<int>;
+};
+
+/// The least step context: exactly the members of step_context, doing nothing.
 struct step_context_archetype {
     bool finish_gradient_exchange() { return true; }
     bool check_local_gradients() { return true; }
@@ -55,17 +69,22 @@ struct step_context_archetype {
     [[nodiscard]] int rank() const { return 0; }
     [[nodiscard]] int size() const { return 1; }
 };
+static_assert(step_context<step_context_archetype>);
 
 template <class P>
-concept sync_policy_has_options = requires(const P& p) {
-    typename P::options_type;
-    requires std::constructible_from<P, typename P::options_type>;
-    { p.options() } -> std::convertible_to<const typename P::options_type&>;
+concept sync_policy_has_name = requires {
+    { P::name } -> std::convertible_to<std::string_view>;
 };
 
 template <class P>
-concept sync_policy_has_identity = requires {
-    { P::name } -> std::convertible_to<std::string_view>;
+concept sync_policy_has_options =
+    requires { typename P::options_type; } && requires(const P& p, const typename P::options_type& o) {
+        o.validate();
+        { p.options() } -> std::convertible_to<const typename P::options_type&>;
+    } && std::default_initializable<P> && std::constructible_from<P, const typename P::options_type&>;
+
+template <class P>
+concept sync_policy_has_traits = requires {
     { P::exchanges_gradients } -> std::convertible_to<bool>;
 };
 
@@ -84,21 +103,38 @@ concept sync_policy_saves_state =
 
 /// A synchronisation policy (see the file comment).
 template <class P>
-concept sync_policy = std::movable<P> && sync_policy_has_options<P> && sync_policy_has_identity<P> &&
-                      sync_policy_can_step<P> && sync_policy_saves_state<P>;
+concept sync_policy = std::movable<P> && sync_policy_has_name<P> && sync_policy_has_options<P> &&
+                      sync_policy_has_traits<P> && sync_policy_can_step<P> && sync_policy_saves_state<P>;
 
-/// Static checks with messages a newcomer can act on.
+/// Returns true when P models sync_policy; otherwise fails to compile with one sentence naming the first
+/// requirement P misses and what to write. Use it where a user's policy first meets hitch:
+/// `static_assert(check_sync_policy<P>());`.
 template <class P>
-constexpr bool check_sync_policy() {
-    static_assert(sync_policy_has_options<P>,
-                  "a sync policy needs a nested options_type, a constructor from it, and options()");
-    static_assert(sync_policy_has_identity<P>,
-                  "a sync policy needs static constexpr name and static constexpr bool exchanges_gradients");
-    static_assert(sync_policy_can_step<P>,
-                  "a sync policy needs step(context&) -> hitch::sync::step_result and staleness() const");
-    static_assert(sync_policy_saves_state<P>,
-                  "a sync policy needs save_state(std::vector<std::byte>&) const and "
-                  "load_state(std::span<const std::byte>)");
+consteval bool check_sync_policy() {
+    if constexpr (!std::movable<P>) {
+        static_assert(std::movable<P>, "hitch::sync_policy: the policy type cannot be moved: give it a move "
+                                       "constructor and a move assignment");
+    } else if constexpr (!sync_policy_has_name<P>) {
+        static_assert(sync_policy_has_name<P>, "hitch::sync_policy: the policy type has no name: add "
+                                               "`static constexpr std::string_view name = \"my_policy\";`");
+    } else if constexpr (!sync_policy_has_options<P>) {
+        static_assert(sync_policy_has_options<P>,
+                      "hitch::sync_policy: the policy type has no options: add a nested `struct options_type { "
+                      "void validate() const; };`, a default constructor, a constructor taking `const "
+                      "options_type&` and `const options_type& options() const`");
+    } else if constexpr (!sync_policy_has_traits<P>) {
+        static_assert(sync_policy_has_traits<P>, "hitch::sync_policy: the policy type does not say whether it "
+                                                 "exchanges gradients: add "
+                                                 "`static constexpr bool exchanges_gradients = true;` (or false)");
+    } else if constexpr (!sync_policy_can_step<P>) {
+        static_assert(sync_policy_can_step<P>,
+                      "hitch::sync_policy: the policy type cannot step: add `template <hitch::step_context Ctx> "
+                      "hitch::sync::step_result step(Ctx&)` and `std::uint64_t staleness() const`");
+    } else if constexpr (!sync_policy_saves_state<P>) {
+        static_assert(sync_policy_saves_state<P>, "hitch::sync_policy: the policy type cannot save its state: add "
+                                                  "`void save_state(std::vector<std::byte>&) const` and "
+                                                  "`void load_state(std::span<const std::byte>)`");
+    }
     return true;
 }
 

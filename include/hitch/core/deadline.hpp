@@ -1,13 +1,15 @@
 #pragma once
 // Deadlines for blocking calls. Every blocking call in hitch waits at most a finite time: the communicator's
 // timeout, whose default comes from the environment variable HITCH_TIMEOUT_S when set, else
-// hitch::default_timeout_seconds.
+// hitch::default_timeout_seconds. A deadline is measured on the steady clock, or on a clock_source a communicator
+// brings (hitch/core/clock.hpp).
 
 #include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
+#include "hitch/core/clock.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/options.hpp"
 
@@ -36,14 +38,23 @@ class deadline {
 public:
     using clock = std::chrono::steady_clock;
 
-    explicit deadline(seconds_f timeout)
-        : start_(clock::now()), end_(start_ + std::chrono::duration_cast<clock::duration>(timeout)) {}
+    /// `timeout` from now on the steady clock.
+    explicit deadline(seconds_f timeout) : deadline(timeout, nullptr) {}
+    /// `timeout` from now on `source`, which must outlive the deadline.
+    deadline(seconds_f timeout, const clock_source& source) : deadline(timeout, &source) {}
 
-    [[nodiscard]] bool expired() const noexcept { return clock::now() >= end_; }
+    [[nodiscard]] bool expired() const noexcept { return now() >= end_; }
     [[nodiscard]] clock::time_point when() const noexcept { return end_; }
-    [[nodiscard]] seconds_f waited() const noexcept { return clock::now() - start_; }
+    [[nodiscard]] seconds_f waited() const noexcept { return now() - start_; }
 
 private:
+    deadline(seconds_f timeout, const clock_source* source)
+        : source_(source), start_(now()), end_(start_ + std::chrono::duration_cast<clock::duration>(timeout)) {}
+
+    // The steady clock is read directly, not through clock_source, to keep the polling loops free of an indirect call.
+    [[nodiscard]] clock::time_point now() const noexcept { return source_ != nullptr ? source_->now() : clock::now(); }
+
+    const clock_source* source_;
     clock::time_point start_;
     clock::time_point end_;
 };

@@ -35,6 +35,7 @@ inline void check(cudaError_t code, std::string_view call) {
 /// stream except the device-to-host copy, which synchronizes so the host can read the result.
 class device {
 public:
+    static constexpr std::string_view name = "cuda";
     static constexpr memory_space space = memory_space::cuda;
 
     explicit device(int ordinal = 0) : ordinal_(ordinal) {
@@ -88,7 +89,6 @@ public:
         detail::check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
     }
     void synchronize() { detail::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-    [[nodiscard]] std::string_view name() const noexcept { return "cuda"; }
 
     [[nodiscard]] int ordinal() const noexcept { return ordinal_; }
     [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }

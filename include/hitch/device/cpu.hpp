@@ -12,6 +12,7 @@ namespace hitch {
 
 class cpu {
 public:
+    static constexpr std::string_view name = "cpu";
     static constexpr memory_space space = memory_space::host;
     static constexpr std::size_t alignment = 64;
 
@@ -30,7 +31,6 @@ public:
         if (bytes != 0) std::memset(p, 0, bytes);
     }
     void synchronize() noexcept {}
-    [[nodiscard]] std::string_view name() const noexcept { return "cpu"; }
 };
 
 static_assert(device<cpu>, "hitch::cpu must model hitch::device");

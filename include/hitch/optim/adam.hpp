@@ -25,8 +25,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "hitch/concepts/optimizer.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/core/options.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/device/buffer.hpp"
@@ -34,19 +36,18 @@
 #include "hitch/optim/detail/checks.hpp"
 #include "hitch/optim/detail/sqrt.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
-#include "hitch/optim/layer.hpp"
 
 namespace hitch::optim {
 
 /// Weight decay as an L2 term in the gradient (Adam as published; torch.optim.Adam's weight_decay).
 struct coupled_weight_decay {
     static constexpr bool decoupled = false;
-    static std::string id() { return "adam"; }
+    static constexpr std::string_view name = "adam";
 };
 /// Weight decay applied to the weights directly, scaled by the learning rate (AdamW).
 struct decoupled_weight_decay {
     static constexpr bool decoupled = true;
-    static std::string id() { return "adamw"; }
+    static constexpr std::string_view name = "adamw";
 };
 
 /// One layer's adam state on device D.
@@ -75,7 +76,7 @@ public:
         bool amsgrad = false;
 
         void validate() const {
-            option_validator(std::string("hitch::optim::") + WeightDecay::id())
+            option_validator(std::string("hitch::optim::").append(WeightDecay::name))
                 .half_open("beta1", beta1, 0.0f, 1.0f)
                 .half_open("beta2", beta2, 0.0f, 1.0f)
                 .positive("epsilon", epsilon)
@@ -90,7 +91,7 @@ public:
     explicit basic_adam(const options_type& options) : options_(options) { options_.validate(); }
 
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
-    [[nodiscard]] static std::string id() { return WeightDecay::id(); }
+    static constexpr std::string_view name = WeightDecay::name;
 
     template <device D>
     [[nodiscard]] state_type<D> make_state(D& dev, std::size_t n) const {
@@ -98,12 +99,14 @@ public:
                 device_buffer<float, D>(dev, options_.amsgrad ? n : 0), 0};
     }
 
-    void step(const layer& l, state_type<cpu>& s, float lr, const parallel_options& exec = {}) const {
+    template <host_device D>
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
         apply(l, s, lr, l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay, 1.0f, exec);
     }
 
     /// The step with an explicit weight decay and gradient scale (used by lars<adam>).
-    void apply(const layer& l, state_type<cpu>& s, float lr, float weight_decay, float scale,
+    template <host_device D>
+    void apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
                const parallel_options& exec = {}) const;
 
 private:
@@ -189,9 +192,10 @@ void adam_dispatch(bool amsgrad, float* w, const float* g, float* m, float* v, f
 HITCH_OPTIM_STRICT_FP_END
 
 template <class WeightDecay>
-void basic_adam<WeightDecay>::apply(const layer& l, state_type<cpu>& s, float lr, float weight_decay, float scale,
+template <host_device D>
+void basic_adam<WeightDecay>::apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
                                     const parallel_options& exec) const {
-    const std::string who = "hitch::optim::" + id();
+    const std::string who = std::string("hitch::optim::").append(name);
     if (options_.amsgrad) detail::check_step(who, l, {s.m.size(), s.v.size(), s.v_max.size()}, lr);
     else detail::check_step(who, l, {s.m.size(), s.v.size()}, lr);
     const std::uint64_t t = s.steps + 1;

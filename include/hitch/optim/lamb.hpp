@@ -23,9 +23,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hitch/concepts/optimizer.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/core/options.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/device/buffer.hpp"
@@ -34,7 +36,6 @@
 #include "hitch/optim/detail/norm.hpp"
 #include "hitch/optim/detail/sqrt.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
-#include "hitch/optim/layer.hpp"
 
 namespace hitch::optim {
 
@@ -76,14 +77,15 @@ public:
     explicit lamb(const options_type& options) : options_(options) { options_.validate(); }
 
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
-    [[nodiscard]] static std::string id() { return "lamb"; }
+    static constexpr std::string_view name = "lamb";
 
     template <device D>
     [[nodiscard]] state_type<D> make_state(D& dev, std::size_t n) const {
         return {device_buffer<float, D>(dev, n), device_buffer<float, D>(dev, n), 0};
     }
 
-    void step(const layer& l, state_type<cpu>& s, float lr, const parallel_options& exec = {}) const;
+    template <host_device D>
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const;
 
 private:
     options_type options_;
@@ -186,7 +188,8 @@ void lamb_apply(float* __restrict w, const float* __restrict m, const float* __r
 
 }  // namespace detail
 
-inline void lamb::step(const layer& l, state_type<cpu>& s, float lr, const parallel_options& exec) const {
+template <host_device D>
+void lamb::step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec) const {
     HITCH_OPTIM_STRICT_FP_SCOPE
     detail::check_step("hitch::optim::lamb", l, {s.m.size(), s.v.size()}, lr);
     const std::uint64_t t = s.steps + 1;

@@ -27,16 +27,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hitch/concepts/optimizer.hpp"
+#include "hitch/core/fixed_string.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/core/options.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/adam.hpp"
 #include "hitch/optim/detail/checks.hpp"
 #include "hitch/optim/detail/norm.hpp"
-#include "hitch/optim/layer.hpp"
 #include "hitch/optim/momentum.hpp"
 #include "hitch/optim/sgd.hpp"
 
@@ -44,8 +46,14 @@ namespace hitch::optim {
 
 /// A rule LARS can wrap: an optimizer whose options have a weight_decay and that can step with an explicit
 /// weight decay and gradient scale.
+namespace detail {
+inline constexpr std::string_view lars_open = "lars<";
+inline constexpr std::string_view lars_close = ">";
+}  // namespace detail
+
 template <class B>
-concept lars_base = optimizer<B> && requires(const B& b, const layer& l, typename B::template state_type<cpu>& s,
+concept lars_base = optimizer<B> && requires(const B& b, const layer& l,
+                                             typename B::template state_type<host_device_archetype>& s,
                                              float x, const parallel_options& p, typename B::options_type o) {
     { o.weight_decay } -> std::convertible_to<float>;
     b.apply(l, s, x, x, x, p);
@@ -66,7 +74,7 @@ public:
 
         void validate() const {
             base.validate();
-            option_validator("hitch::optim::" + lars::id())
+            option_validator(std::string("hitch::optim::").append(lars::name))
                 .positive("trust_coefficient", trust_coefficient)
                 .non_negative("weight_decay", weight_decay)
                 .non_negative("epsilon", epsilon)
@@ -82,7 +90,7 @@ public:
     explicit lars(const options_type& options) : options_(options), base_(options.base) { options_.validate(); }
 
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
-    [[nodiscard]] static std::string id() { return "lars<" + Base::id() + ">"; }
+    static constexpr std::string_view name = join_names<detail::lars_open, Base::name, detail::lars_close>;
     [[nodiscard]] const Base& base() const noexcept { return base_; }
 
     template <device D>
@@ -93,8 +101,9 @@ public:
     /// The trust ratio of layer `l` now (the first pass of step()).
     [[nodiscard]] float trust_ratio(const layer& l, const parallel_options& exec = {}) const;
 
-    void step(const layer& l, state_type<cpu>& s, float lr, const parallel_options& exec = {}) const {
-        check_layer(l, memory_space::host, "hitch::optim::" + id());
+    template <host_device D>
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
+        check_layer(l, memory_space::host, std::string("hitch::optim::").append(name));
         const float wd = l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay;
         base_.apply(l, s, lr, wd, trust_ratio(l, exec), exec);
     }

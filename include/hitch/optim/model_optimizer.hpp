@@ -3,7 +3,7 @@
 // device D. Data-parallel training calls step(lr) (or step(i, lr) per layer as soon as layer i's gradient is
 // reduced); a parameter-server shard holding some whole layers uses the same type on just those layers.
 //
-//   std::vector<hitch::optim::layer> layers = ...;
+//   std::vector<hitch::layer> layers = ...;
 //   hitch::optim::model_optimizer<hitch::optim::lars_sgd> opt({.base = {.momentum = 0.9f}, .weight_decay = 5e-4f},
 //                                                             layers);
 //   for (step ...) { backward(); opt.step(schedule(step, steps_per_epoch)); }
@@ -19,9 +19,9 @@
 
 #include "hitch/concepts/optimizer.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/device/cpu.hpp"
-#include "hitch/optim/layer.hpp"
 #include "hitch/optim/state_io.hpp"
 
 namespace hitch::optim {
@@ -34,8 +34,10 @@ inline cpu& default_cpu() {
 }
 }  // namespace detail
 
-template <optimizer O, device D = cpu>
+template <class O, class D = cpu>
 class model_optimizer {
+    static_assert(check_optimizer<O, D>());
+
 public:
     using optimizer_type = O;
     using options_type = typename O::options_type;
@@ -101,11 +103,11 @@ public:
 
     /// Writes every layer's state (see hitch/optim/state_io.hpp for the form).
     void save(std::ostream& out) const {
-        save_state(out, O::id(), std::span<const layer>(layers_), std::span<const state_type>(states_), *device_);
+        save_state(out, O::name, std::span<const layer>(layers_), std::span<const state_type>(states_), *device_);
     }
     /// Reads a state written by save(); throws and changes nothing when it is corrupt or of another layout.
     void load(std::istream& in) {
-        load_state(in, O::id(), std::span<const layer>(layers_), std::span<state_type>(states_), *device_);
+        load_state(in, O::name, std::span<const layer>(layers_), std::span<state_type>(states_), *device_);
     }
 
 private:

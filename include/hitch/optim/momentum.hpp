@@ -19,15 +19,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "hitch/concepts/optimizer.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/core/options.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/device/buffer.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/detail/checks.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
-#include "hitch/optim/layer.hpp"
 
 namespace hitch::optim {
 
@@ -70,19 +71,21 @@ public:
     explicit momentum(const options_type& options) : options_(options) { options_.validate(); }
 
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
-    [[nodiscard]] static std::string id() { return "momentum"; }
+    static constexpr std::string_view name = "momentum";
 
     template <device D>
     [[nodiscard]] state_type<D> make_state(D& dev, std::size_t n) const {
         return {device_buffer<float, D>(dev, n), 0};
     }
 
-    void step(const layer& l, state_type<cpu>& s, float lr, const parallel_options& exec = {}) const {
+    template <host_device D>
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
         apply(l, s, lr, l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay, 1.0f, exec);
     }
 
     /// The step with an explicit weight decay and gradient scale (used by lars<momentum>).
-    void apply(const layer& l, state_type<cpu>& s, float lr, float weight_decay, float scale,
+    template <host_device D>
+    void apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
                const parallel_options& exec = {}) const;
 
 private:
@@ -135,7 +138,8 @@ void momentum_dispatch(bool nesterov, float* w, const float* g, float* b, std::s
 }  // namespace detail
 HITCH_OPTIM_STRICT_FP_END
 
-inline void momentum::apply(const layer& l, state_type<cpu>& s, float lr, float weight_decay, float scale,
+template <host_device D>
+void momentum::apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
                             const parallel_options& exec) const {
     detail::check_step("hitch::optim::momentum", l, {s.velocity.size()}, lr);
     float* w = l.params.data();

@@ -12,15 +12,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "hitch/concepts/optimizer.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/core/options.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/device/buffer.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/detail/checks.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
-#include "hitch/optim/layer.hpp"
 
 namespace hitch::optim {
 
@@ -48,7 +49,7 @@ public:
     explicit sgd(const options_type& options) : options_(options) { options_.validate(); }
 
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
-    [[nodiscard]] static std::string id() { return "sgd"; }
+    static constexpr std::string_view name = "sgd";
 
     template <device D>
     [[nodiscard]] state_type<D> make_state(D& /*device*/, std::size_t /*n*/) const {
@@ -56,12 +57,14 @@ public:
     }
 
     /// One step of layer `l` with learning rate `lr`.
-    void step(const layer& l, state_type<cpu>& s, float lr, const parallel_options& exec = {}) const {
+    template <host_device D>
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
         apply(l, s, lr, l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay, 1.0f, exec);
     }
 
     /// The step with an explicit weight decay and gradient scale (used by lars<sgd>).
-    void apply(const layer& l, state_type<cpu>& s, float lr, float weight_decay, float scale,
+    template <host_device D>
+    void apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
                const parallel_options& exec = {}) const;
 
 private:
@@ -91,7 +94,8 @@ void sgd_kernel(float* __restrict w, const float* __restrict g, std::size_t n, f
 }  // namespace detail
 HITCH_OPTIM_STRICT_FP_END
 
-inline void sgd::apply(const layer& l, state_type<cpu>& s, float lr, float weight_decay, float scale,
+template <host_device D>
+void sgd::apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
                        const parallel_options& exec) const {
     detail::check_step("hitch::optim::sgd", l, {}, lr);
     float* w = l.params.data();

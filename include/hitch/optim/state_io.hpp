@@ -2,7 +2,7 @@
 // The versioned binary form of an optimizer's per-layer state, so a run resumes exactly. Version 2 is the common
 // frame of core/binary.hpp (magic "HITCHOPT", version, length, CRC32C) around:
 //
-//   u32 n, n bytes             optimizer id (O::id(), e.g. "lars<momentum>")
+//   u32 n, n bytes             optimizer name (O::name, e.g. "lars<momentum>")
 //   u64 layer count
 //   per layer:  u32 n, n bytes (name), u64 parameter count, u64 steps, u32 buffer count, u64 size of each buffer
 //   per layer, per buffer: size * 4 bytes of float
@@ -28,7 +28,7 @@
 #include "hitch/concepts/device.hpp"
 #include "hitch/core/binary.hpp"
 #include "hitch/core/error.hpp"
-#include "hitch/optim/layer.hpp"
+#include "hitch/core/layer.hpp"
 
 namespace hitch::optim {
 
@@ -36,6 +36,8 @@ inline constexpr std::string_view state_magic = "HITCHOPT";
 inline constexpr std::uint32_t state_version = 2;
 
 namespace detail {
+
+using hitch::detail::concat;
 
 inline constexpr std::uint32_t byte_order_mark = 0x01020304u;
 inline constexpr std::uint32_t max_id_bytes = 1024;

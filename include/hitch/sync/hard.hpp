@@ -25,8 +25,8 @@ public:
     explicit hard(const options_type& options) : options_(options) { options_.validate(); }
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
-    template <class Context>
-    step_result step(Context& ctx) {
+    template <step_context Ctx>
+    step_result step(Ctx& ctx) {
         if (!ctx.finish_gradient_exchange()) return {false, false, 0};
         ctx.apply_optimizer();
         return {true, true, 0};
@@ -39,6 +39,6 @@ private:
     options_type options_{};
 };
 
-static_assert(sync_policy<hard> && check_sync_policy<hard>(), "hitch::sync::hard must model hitch::sync_policy");
+static_assert(check_sync_policy<hard>() && sync_policy<hard>, "hitch::sync::hard must model hitch::sync_policy");
 
 }  // namespace hitch::sync

@@ -37,8 +37,8 @@ public:
     explicit local_sgd(const options_type& options) : options_(options) { options_.validate(); }
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
-    template <class Context>
-    step_result step(Context& ctx) {
+    template <step_context Ctx>
+    step_result step(Ctx& ctx) {
         if (!ctx.check_local_gradients()) return {false, false, since_average_};
         ctx.apply_optimizer();
         if (++since_average_ < options_.period) return {true, false, since_average_};
@@ -65,7 +65,7 @@ private:
     std::uint64_t since_average_ = 0;
 };
 
-static_assert(sync_policy<local_sgd> && check_sync_policy<local_sgd>(),
+static_assert(check_sync_policy<local_sgd>() && sync_policy<local_sgd>,
               "hitch::sync::local_sgd must model hitch::sync_policy");
 
 }  // namespace hitch::sync

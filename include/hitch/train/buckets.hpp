@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "hitch/optim/layer.hpp"
+#include "hitch/core/layer.hpp"
 
 namespace hitch::train {
 
@@ -24,7 +24,7 @@ struct bucket_plan {
 };
 
 /// Plans buckets of at most `bucket_bytes` of `element_bytes`-sized gradients.
-[[nodiscard]] inline std::vector<bucket_plan> plan_buckets(std::span<const optim::layer> layers,
+[[nodiscard]] inline std::vector<bucket_plan> plan_buckets(std::span<const hitch::layer> layers,
                                                            std::size_t bucket_bytes, std::size_t element_bytes = 4) {
     const std::size_t capacity = std::max<std::size_t>(1, bucket_bytes / element_bytes);
     std::vector<bucket_plan> plan;

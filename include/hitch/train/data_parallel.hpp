@@ -48,7 +48,7 @@
 #include "hitch/amp/nonfinite.hpp"
 #include "hitch/comm/agree.hpp"
 #include "hitch/compress/none.hpp"
-#include "hitch/concepts/allreduce_schedule.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/concepts/device.hpp"
@@ -56,7 +56,7 @@
 #include "hitch/concepts/sync_policy.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
-#include "hitch/optim/layer.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/optim/model_optimizer.hpp"
 #include "hitch/sync/hard.hpp"
 #include "hitch/train/bucket_pipeline.hpp"
@@ -113,7 +113,7 @@ public:
           pipeline_([this](std::size_t b) { run_bucket(b); }) {
         static_assert(D::space == memory_space::host,
                       "hitch::data_parallel runs on host devices (hitch::cpu); CUDA devices take the NCCL path");
-        static_assert(allreduce::detail::check_schedule<S, C>());
+        static_assert(allreduce::check_schedule<S, C>());
         ready_.assign(layers32().size(), 0);
         ready_in_bucket_.assign(buckets_.size(), 0);
         optimizer_.emplace(options_.optimizer, layers32(), dev, options_.execution);
@@ -292,10 +292,10 @@ private:
     [[nodiscard]] timeline::scoped_span trace(std::string name, std::string category) {
         return train::trace(timeline_, std::move(name), std::move(category));
     }
-    [[nodiscard]] const std::vector<optim::layer>& layers32() const noexcept { return weights_.layers(); }
+    [[nodiscard]] const std::vector<hitch::layer>& layers32() const noexcept { return weights_.layers(); }
 
     [[nodiscard]] checkpoint_identity identity() const {
-        return {size(),   rank(),       O::id(),     X::name, P::name, dtype_of<Param>(), buckets_.size(),
+        return {size(),   rank(),       O::name,      X::name, P::name, dtype_of<Param>(), buckets_.size(),
                 options_.bucket_bytes, scaler_.has_value(), layers32()};
     }
 
@@ -332,7 +332,7 @@ private:
         bk.report = {};
         for (std::size_t i = 0; i < plan.layers.size(); ++i) {
             const std::size_t k = plan.layers[i];
-            const optim::layer& l = layers32()[k];
+            const hitch::layer& l = layers32()[k];
             bool overflow = false;
             if constexpr (master_weights<Param, D>::mixed_precision) {
                 const auto& low = weights_.user_layers()[k];
@@ -435,9 +435,13 @@ private:
 
 /// Data-parallel training with the optimizer, compressor, sync policy and all-reduce schedule as template
 /// arguments (see the file comment). Move-only.
-template <optimizer Optimizer, compressor Compressor = compress::none, sync_policy SyncPolicy = sync::hard,
+template <class Optimizer, class Compressor = compress::none, class SyncPolicy = sync::hard,
           class Schedule = allreduce::automatic>
 class data_parallel {
+    static_assert(check_optimizer<Optimizer>());
+    static_assert(check_compressor<Compressor>());
+    static_assert(check_sync_policy<SyncPolicy>());
+
 public:
     using options = data_parallel_options<Optimizer, Compressor, SyncPolicy, Schedule>;
     using optimizer_type = Optimizer;
@@ -446,8 +450,8 @@ public:
     using schedule_type = Schedule;
 
     /// An FP32 model. Collective: every rank of `comm` constructs it with the same layers.
-    template <communicator C, device D>
-    data_parallel(C& comm, D& dev, std::vector<optim::layer> layers, const options& opts = {})
+    template <class C, class D, bool = check_communicator<C>() && check_device<D>()>  // before the engine names them
+    data_parallel(C& comm, D& dev, std::vector<hitch::layer> layers, const options& opts = {})
         : engine_(std::make_unique<train::detail::engine<Optimizer, Compressor, SyncPolicy, Schedule, C, D, float>>(
               comm, dev, std::move(layers), opts)) {}
 

@@ -30,7 +30,7 @@
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/options.hpp"
-#include "hitch/optim/layer.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/train/checkpoint.hpp"
 #include "hitch/train/stateful_schedule.hpp"
 
@@ -49,7 +49,7 @@ struct checkpoint_identity {
     std::size_t buckets = 0;
     std::size_t bucket_bytes = 0;
     bool loss_scaling = false;
-    std::span<const optim::layer> layers;
+    std::span<const hitch::layer> layers;
 };
 
 [[nodiscard]] inline std::string load_error(std::string_view path, std::string_view what) {
@@ -68,7 +68,7 @@ struct checkpoint_identity {
       << "parameters " << name(id.parameters) << '\n'
       << "buckets " << id.buckets << " of " << id.bucket_bytes << " bytes\n"
       << "loss_scaling " << (id.loss_scaling ? "on" : "off") << '\n';
-    for (const optim::layer& l : id.layers) s << "layer " << l.name << ' ' << l.size() << '\n';
+    for (const hitch::layer& l : id.layers) s << "layer " << l.name << ' ' << l.size() << '\n';
     return s.str();
 }
 
@@ -101,9 +101,9 @@ inline void write_meta(checkpoint_writer& w, const checkpoint_identity& id, std:
     }
 }
 
-inline void write_parameters(checkpoint_writer& w, std::span<const optim::layer> layers) {
+inline void write_parameters(checkpoint_writer& w, std::span<const hitch::layer> layers) {
     std::vector<std::byte> params;
-    for (const optim::layer& l : layers) {
+    for (const hitch::layer& l : layers) {
         const auto bytes = std::as_bytes(std::span<const float>(l.params.data(), l.size()));
         params.insert(params.end(), bytes.begin(), bytes.end());
     }
@@ -112,19 +112,19 @@ inline void write_parameters(checkpoint_writer& w, std::span<const optim::layer>
 
 /// The saved parameters, checked to be as many as `layers` hold.
 [[nodiscard]] inline std::span<const std::byte> read_parameters(const checkpoint_reader& r,
-                                                                std::span<const optim::layer> layers) {
+                                                                std::span<const hitch::layer> layers) {
     const auto params = r.section("hitch.params");
     std::size_t total = 0;
-    for (const optim::layer& l : layers) total += l.size();
+    for (const hitch::layer& l : layers) total += l.size();
     if (params.size() != total * sizeof(float))
         throw corrupt_message_error(load_error(
             r.path(), concat("parameters section has ", params.size(), " bytes, expected ", total * sizeof(float))));
     return params;
 }
 
-inline void restore_parameters(std::span<const std::byte> params, std::span<const optim::layer> layers) {
+inline void restore_parameters(std::span<const std::byte> params, std::span<const hitch::layer> layers) {
     std::size_t at = 0;
-    for (const optim::layer& l : layers) {
+    for (const hitch::layer& l : layers) {
         std::memcpy(l.params.data(), params.data() + at, l.size() * sizeof(float));
         at += l.size() * sizeof(float);
     }

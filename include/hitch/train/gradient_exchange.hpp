@@ -24,7 +24,7 @@
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/tensor.hpp"
-#include "hitch/optim/layer.hpp"
+#include "hitch/core/layer.hpp"
 #include "hitch/train/buckets.hpp"
 #include "hitch/train/timeline.hpp"
 
@@ -45,7 +45,7 @@ public:
     };
 
     /// `group` and `layers` must outlive the exchange.
-    gradient_exchange(allreduce::group<C>& group, const X& codec, std::span<const optim::layer> layers,
+    gradient_exchange(allreduce::group<C>& group, const X& codec, std::span<const hitch::layer> layers,
                       std::size_t bucket_bytes, bool check_collectives, timeline* trace_to)
         : group_(group),
           codec_(codec),
@@ -102,7 +102,7 @@ public:
     /// Copies the layers' gradients out of bucket b after its exchange.
     void unpack_gradients(std::size_t b) const {
         for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-            const optim::layer& l = layers_[plan_[b].layers[i]];
+            const hitch::layer& l = layers_[plan_[b].layers[i]];
             std::memcpy(l.grads.data(), buckets_[b].data.data() + plan_[b].offsets[i], l.size() * sizeof(float));
         }
     }
@@ -112,12 +112,12 @@ public:
         for (std::size_t b = 0; b < plan_.size(); ++b) {
             bucket& bk = buckets_[b];
             for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-                const optim::layer& l = layers_[plan_[b].layers[i]];
+                const hitch::layer& l = layers_[plan_[b].layers[i]];
                 std::memcpy(bk.data.data() + plan_[b].offsets[i], l.params.data(), l.size() * sizeof(float));
             }
             average(tensor_view<float>(bk.data.data(), bk.data.size()), schedule);
             for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-                const optim::layer& l = layers_[plan_[b].layers[i]];
+                const hitch::layer& l = layers_[plan_[b].layers[i]];
                 std::memcpy(l.params.data(), bk.data.data() + plan_[b].offsets[i], l.size() * sizeof(float));
             }
         }
@@ -129,7 +129,7 @@ public:
         if constexpr (requires(const X& x, std::span<const compress::matrix_shape> s) { x.make_state(n, s); }) {
             std::vector<compress::matrix_shape> shapes;
             for (std::size_t k : plan_[b].layers) {
-                const optim::layer& l = layers_[k];
+                const hitch::layer& l = layers_[k];
                 if (l.size() == 0) continue;
                 const std::size_t rows = l.rows == 0 ? l.size() : l.rows;
                 if (l.size() % rows != 0)
@@ -148,7 +148,7 @@ private:
     allreduce::group<C>& group_;
     allreduce::call_options call_{};
     X codec_;
-    std::span<const optim::layer> layers_;
+    std::span<const hitch::layer> layers_;
     std::vector<bucket_plan> plan_;
     std::vector<std::size_t> bucket_of_layer_;
     std::vector<bucket> buckets_;

@@ -15,7 +15,7 @@
 #include "hitch/concepts/device.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/device/buffer.hpp"
-#include "hitch/optim/layer.hpp"
+#include "hitch/core/layer.hpp"
 
 namespace hitch::train::detail {
 
@@ -23,8 +23,8 @@ template <floating_element Param, device D>
 class master_weights {
 public:
     static constexpr bool mixed_precision = !std::is_same_v<Param, float>;
-    /// The layers the model hands over: optim::layer, or amp::low_precision_layer for FP16 and BF16.
-    using user_layer = std::conditional_t<mixed_precision, amp::low_precision_layer<Param>, optim::layer>;
+    /// The layers the model hands over: hitch::layer, or amp::low_precision_layer for FP16 and BF16.
+    using user_layer = std::conditional_t<mixed_precision, amp::low_precision_layer<Param>, hitch::layer>;
 
     master_weights(D& dev, std::vector<user_layer> layers) : user_layers_(std::move(layers)) {
         if constexpr (mixed_precision) {
@@ -34,7 +34,7 @@ public:
                 float* w = masters_.back().data();
                 for (std::size_t i = 0; i < l.params.size(); ++i) w[i] = static_cast<float>(l.params[i]);
                 layers_.push_back(
-                    optim::layer{l.name, masters_.back().view(), grads32_.back().view(), l.flags, l.rows});
+                    hitch::layer{l.name, masters_.back().view(), grads32_.back().view(), l.flags, l.rows});
             }
         } else {
             layers_ = user_layers_;
@@ -42,7 +42,7 @@ public:
     }
 
     /// The FP32 layers (the masters under mixed precision): what the optimizer and the exchange work on.
-    [[nodiscard]] const std::vector<optim::layer>& layers() const noexcept { return layers_; }
+    [[nodiscard]] const std::vector<hitch::layer>& layers() const noexcept { return layers_; }
     /// The model's own layers, as handed over.
     [[nodiscard]] const std::vector<user_layer>& user_layers() const noexcept { return user_layers_; }
 
@@ -60,7 +60,7 @@ public:
     /// CRC32C of every parameter's bytes in layer order: the FP32 ones, then the model's own under mixed precision.
     [[nodiscard]] std::uint64_t hash() const {
         crc32c crc;
-        for (const optim::layer& l : layers_)
+        for (const hitch::layer& l : layers_)
             crc.update(std::as_bytes(std::span<const float>(l.params.data(), l.size())));
         if constexpr (mixed_precision)
             for (const user_layer& l : user_layers_)
@@ -72,7 +72,7 @@ private:
     std::vector<user_layer> user_layers_;
     std::vector<device_buffer<float, D>> masters_;
     std::vector<device_buffer<float, D>> grads32_;
-    std::vector<optim::layer> layers_;
+    std::vector<hitch::layer> layers_;
 };
 
 }  // namespace hitch::train::detail

@@ -26,7 +26,7 @@
 
 #include "hitch/allreduce/automatic/profile.hpp"
 #include "hitch/allreduce/cost.hpp"
-#include "hitch/compress/detail/crc32c.hpp"
+#include "hitch/core/crc32c.hpp"
 #include "hitch/core/error.hpp"
 
 namespace hitch::allreduce::detail {
@@ -65,7 +65,7 @@ template <class T>
 [[nodiscard]] inline std::uint32_t checksum(std::span<const std::byte> blob) {
     std::vector<std::byte> copy(blob.begin(), blob.end());
     std::fill(copy.begin() + 20, copy.begin() + 24, std::byte{0});
-    return compress::detail::crc32c_of(copy);
+    return crc32c_of(copy);
 }
 
 }  // namespace state_bytes

@@ -46,13 +46,13 @@ public:
     static constexpr bool ring_compressible = false;
 
     using state = empty_state;
-    using options = cast16_options;
+    using options_type = cast16_options;
     template <class T>
     using summable_t = typename Format::storage;
 
     cast16() = default;
-    explicit cast16(options o) : options_(o) { options_.validate(); }
-    [[nodiscard]] const options& get_options() const noexcept { return options_; }
+    explicit cast16(options_type o) : options_(o) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const { return {count}; }
     [[nodiscard]] static constexpr std::size_t message_bytes(std::size_t n) noexcept {
@@ -127,7 +127,7 @@ private:
         return w.finish_with_payload_crc(2 * in.size(), crc);
     }
 
-    options options_{};
+    options_type options_{};
 };
 
 }  // namespace detail

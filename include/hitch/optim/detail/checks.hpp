@@ -8,9 +8,11 @@
 #include <string_view>
 
 #include "hitch/core/error.hpp"
-#include "hitch/optim/layer.hpp"
+#include "hitch/core/layer.hpp"
 
 namespace hitch::optim::detail {
+
+using hitch::detail::concat;
 
 /// The layer's views agree with each other and live on the host, every state buffer has the layer's size, and the
 /// learning rate is finite and not negative.

@@ -1,21 +1,17 @@
 #pragma once
-// A model, as hitch's optimizers see it: a list of layers, each a parameter view, a gradient view, a name and
-// per-layer flags. The optimizers update one layer at a time, so the same optimizer serves a whole model on one
-// rank (optim::model_optimizer) and the parameter-server shards that each hold some whole layers.
+// hitch::layer: a model, as hitch's optimizers see it, is a list of layers, each a parameter view, a gradient view,
+// a name and per-layer flags. The views carry their memory space, so the same type serves host and device
+// optimizers. The optimizers update one layer at a time, so the same optimizer serves a whole model on one rank
+// (optim::model_optimizer) and the parameter-server shards that each hold some whole layers.
 
 #include <cstddef>
 #include <string>
-#include <utility>
-#include <vector>
+#include <string_view>
 
 #include "hitch/core/error.hpp"
 #include "hitch/core/tensor.hpp"
 
-namespace hitch::optim {
-
-namespace detail {
-using hitch::detail::concat;
-}  // namespace detail
+namespace hitch {
 
 /// Per-layer choices. Biases and normalisation parameters (batch-norm gamma and beta) are usually excluded from
 /// both LARS/LAMB adaptation and weight decay (Goyal et al. 2017, You et al. 2017); layer_flags::bias_or_norm()
@@ -55,4 +51,4 @@ inline void check_layer(const layer& l, memory_space space, std::string_view who
                                           " memory"));
 }
 
-}  // namespace hitch::optim
+}  // namespace hitch

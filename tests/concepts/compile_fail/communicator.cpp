@@ -1,12 +1,12 @@
-// Must NOT compile: a type without barrier() and split() passed to a hitch algorithm. The build's output must name
-// the missing requirement (checked by the ctest that builds this file).
+// Must NOT compile: a communicator without barrier() and split(), handed to comm::agree. Only the first (the
+// barrier) may be reported.
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "hitch/comm/agree.hpp"
 
-struct almost_a_communicator {
+struct communicator_without_barrier {
     struct request {
         bool test() { return true; }
         void wait() {}
@@ -24,11 +24,11 @@ struct almost_a_communicator {
     int max_tag() const { return 100; }
     hitch::seconds_f timeout() const { return hitch::seconds_f(1); }
     void set_timeout(hitch::seconds_f) {}
-    std::string_view name() const { return "almost"; }
+    std::string_view name() const { return "mine"; }
     // no barrier(), no split()
 };
 
 int main() {
-    almost_a_communicator comm;
+    communicator_without_barrier comm;
     hitch::comm::agree(comm, 42, "value");
 }
