@@ -71,7 +71,7 @@ template <class T>
 void require_host(const tensor_view<T>& v, std::string_view who) {
     if (!v.on_host())
         throw config_error(concat("hitch::allreduce::", who, ": the buffer is in ", name(v.space()),
-                                  " memory; these collectives take host memory (use cuda::nccl for device buffers)"));
+                                  " memory; these collectives take host memory"));
 }
 
 inline void require_op(reduce_op op, std::string_view who) {

@@ -1,6 +1,6 @@
 #pragma once
 // hitch::communicator<C>: point-to-point messages between the ranks of a group. Modelled by comm::local (threads
-// as ranks), comm::mpi, and later cuda::nccl and comm::simulated. Every collective in hitch is written against
+// as ranks) and comm::mpi. Every collective in hitch is written against
 // this concept, so a user's own transport plugs in by modelling it.
 //
 //   c.rank(), c.size()                    this rank and the group size

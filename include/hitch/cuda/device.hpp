@@ -1,6 +1,6 @@
 #pragma once
 // hitch::cuda::device: CUDA device memory on one GPU and one stream. Host code (compiles with a C++ compiler
-// against the CUDA runtime); kernels live in the .cuh files beside it.
+// against the CUDA runtime).
 
 #include <cuda_runtime.h>
 

@@ -11,7 +11,7 @@
 //   dp_t dp(comm, device, layers, opts);
 //   for (...) { forward(); backward([&](std::size_t i) { dp.gradient_ready(i); }); dp.step(loss); }
 //
-// One step, as data flows (DESIGN.md's pipeline):
+// One step, as data flows (docs/design.md's floors, from the bottom up):
 //   gradients, layer by layer -> unscale (loss scaler) and check finiteness, on this rank
 //     -> fusion buckets (a fixed plan, as DDP's reducer; bucket k starts only after buckets < k)
 //     -> compressor encode (per-bucket state: residuals, momentum ...) -> all-reduce or all-gather -> decode
@@ -112,7 +112,7 @@ public:
           timeline_(options_.timeline),
           pipeline_([this](std::size_t b) { run_bucket(b); }) {
         static_assert(D::space == memory_space::host,
-                      "hitch::data_parallel runs on host devices (hitch::cpu); CUDA devices take the NCCL path");
+                      "hitch::data_parallel runs on host devices (hitch::cpu)");
         static_assert(allreduce::check_schedule<S, C>());
         ready_.assign(layers32().size(), 0);
         ready_in_bucket_.assign(buckets_.size(), 0);
