@@ -28,7 +28,6 @@
 
 #include <mpi.h>
 
-#include <CLI/CLI.hpp>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/rendezvous/context.h>
@@ -37,6 +36,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <sys/utsname.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -111,7 +111,9 @@ bool wanted(const settings& s, const std::string& name) {
     return list.find("," + name + ",") != std::string::npos;
 }
 
-float exact_input(int rank, std::size_t i) { return static_cast<float>(static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 13) % 11) - 5); }
+float exact_input(int rank, std::size_t i) {
+    return static_cast<float>(static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 13) % 11) - 5);
+}
 
 /// Times the impls at one size: within a phase interleaved round after round; returns the median per impl
 /// (slowest rank per sample), in the order given.
@@ -133,7 +135,8 @@ std::vector<figure> measure(const world& w, const settings& s, std::vector<impl>
             const auto start = clock_type::now();
             impls[k].run(buffer);
             const double one = w.max_over_ranks(std::chrono::duration<double>(clock_type::now() - start).count());
-            batch[k] = std::clamp<std::size_t>(static_cast<std::size_t>(s.min_sample_ms * 1e-3 / std::max(one, 1e-9)), 1, 2000);
+            batch[k] = std::clamp<std::size_t>(static_cast<std::size_t>(s.min_sample_ms * 1e-3 / std::max(one, 1e-9)),
+                                               1, 2000);
         }
         for (int round = 0; round < s.rounds; ++round)
             for (std::size_t k : members) {
@@ -141,14 +144,16 @@ std::vector<figure> measure(const world& w, const settings& s, std::vector<impl>
                 w.barrier();
                 const auto start = clock_type::now();
                 for (std::size_t b = 0; b < batch[k]; ++b) impls[k].run(buffer);
-                const double t = std::chrono::duration<double>(clock_type::now() - start).count() / static_cast<double>(batch[k]);
+                const double t =
+                    std::chrono::duration<double>(clock_type::now() - start).count() / static_cast<double>(batch[k]);
                 samples[k].push_back(w.max_over_ranks(t));
             }
     }
     std::vector<figure> out;
     for (std::size_t k = 0; k < impls.size(); ++k) {
         const double m = median(samples[k]);
-        out.push_back({impls[k].name, buffer.size_bytes(), m * 1e6, static_cast<double>(buffer.size_bytes()) / m / 1e9});
+        out.push_back(
+            {impls[k].name, buffer.size_bytes(), m * 1e6, static_cast<double>(buffer.size_bytes()) / m / 1e9});
     }
     return out;
 }
@@ -166,9 +171,9 @@ bool verify(const world& w, std::vector<impl>& impls, std::span<float> buffer, s
             for (int r = 0; r < w.size; ++r) want += exact_input(r, i);
             if (buffer[i] != want) {
                 ok = false;
-                failure = im.name + " at " + std::to_string(buffer.size_bytes()) + " bytes: element " + std::to_string(i) +
-                          " is " + std::to_string(buffer[i]) + ", want " + std::to_string(want) + " (rank " +
-                          std::to_string(w.rank) + ")";
+                failure = im.name + " at " + std::to_string(buffer.size_bytes()) + " bytes: element " +
+                          std::to_string(i) + " is " + std::to_string(buffer[i]) + ", want " + std::to_string(want) +
+                          " (rank " + std::to_string(w.rank) + ")";
             }
         }
         if (!w.all_true(ok)) all_ok = false;
@@ -221,21 +226,25 @@ struct gloo_peer {
         if (bound_to == buffer.data() && count == buffer.size()) return;
         bound_to = buffer.data();
         count = buffer.size();
-        ring = std::make_unique<gloo::AllreduceRingChunked<float>>(context, std::vector<float*>{buffer.data()}, static_cast<int>(buffer.size()));
-        halving = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(context, std::vector<float*>{buffer.data()}, static_cast<int>(buffer.size()));
+        ring = std::make_unique<gloo::AllreduceRingChunked<float>>(context, std::vector<float*>{buffer.data()},
+                                                                   static_cast<int>(buffer.size()));
+        halving = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(context, std::vector<float*>{buffer.data()},
+                                                                          static_cast<int>(buffer.size()));
     }
 };
 
 void add_gloo(std::vector<impl>& impls, const settings& s, gloo_peer& peer) {
     if (!s.gloo) return;
     if (wanted(s, "gloo_ring_chunked"))
-        impls.push_back({"gloo_ring_chunked", [&peer](std::span<float> data) {
+        impls.push_back({"gloo_ring_chunked",
+                         [&peer](std::span<float> data) {
                              peer.bind(data);
                              peer.ring->run();
                          },
                          false, 1});
     if (wanted(s, "gloo_halving_doubling"))
-        impls.push_back({"gloo_halving_doubling", [&peer](std::span<float> data) {
+        impls.push_back({"gloo_halving_doubling",
+                         [&peer](std::span<float> data) {
                              peer.bind(data);
                              peer.halving->run();
                          },
@@ -259,7 +268,8 @@ void report(const settings& s, int p, const std::vector<figure>& figures, std::F
     double best = 0, mpi_bw = 0, bound = 0;
     std::string best_name;
     for (const auto& f : figures) {
-        if (f.impl == "bound") bound = f.algbw;
+        if (f.impl == "bound")
+            bound = f.algbw;
         else if (f.algbw > best) {
             best = f.algbw;
             best_name = f.impl;
@@ -268,12 +278,15 @@ void report(const settings& s, int p, const std::vector<figure>& figures, std::F
     }
     if (s.json) {
         for (const auto& f : figures)
-            std::printf("{\"bench\":\"allreduce\",\"comm\":\"%s\",\"impl\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"median_us\":%.3f,\"algbw_GBs\":%.4f}\n",
-                        s.comm.c_str(), f.impl.c_str(), p, f.bytes, f.median_us, f.algbw);
+            std::printf(
+                "{\"bench\":\"allreduce\",\"comm\":\"%s\",\"impl\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"median_us\":%."
+                "3f,\"algbw_GBs\":%.4f}\n",
+                s.comm.c_str(), f.impl.c_str(), p, f.bytes, f.median_us, f.algbw);
         std::fflush(stdout);
     } else {
         std::fprintf(notes, "\n%zu bytes (%d ranks, comm %s)\n", figures.front().bytes, p, s.comm.c_str());
-        std::fprintf(notes, "  %-22s %12s %10s %9s %9s %9s\n", "impl", "median_us", "algbw_GBs", "x best", "x mpi", "x bound");
+        std::fprintf(notes, "  %-22s %12s %10s %9s %9s %9s\n", "impl", "median_us", "algbw_GBs", "x best", "x mpi",
+                     "x bound");
         for (const auto& f : figures)
             std::fprintf(notes, "  %-22s %12.1f %10.3f %9.2f %9s %9s\n", f.impl.c_str(), f.median_us, f.algbw,
                          best > 0 ? f.algbw / best : 0.0,
@@ -284,15 +297,16 @@ void report(const settings& s, int p, const std::vector<figure>& figures, std::F
     double best_hitch = 0, automatic = 0;
     std::string best_hitch_name;
     for (const auto& f : figures) {
-        const bool peer = f.impl == "bound" || f.impl == "mpi_allreduce" || f.impl.rfind("gloo_", 0) == 0 || f.impl == "native";
+        const bool peer =
+            f.impl == "bound" || f.impl == "mpi_allreduce" || f.impl.rfind("gloo_", 0) == 0 || f.impl == "native";
         if (!peer && f.impl != "automatic" && f.algbw > best_hitch) {
             best_hitch = f.algbw;
             best_hitch_name = f.impl;
         }
         if (f.impl == "automatic") automatic = f.algbw;
     }
-    std::fprintf(notes, "  summary %zu B: fastest %s %.3f GB/s; best hitch schedule %s %.3f GB/s", figures.front().bytes,
-                 best_name.c_str(), best, best_hitch_name.c_str(), best_hitch);
+    std::fprintf(notes, "  summary %zu B: fastest %s %.3f GB/s; best hitch schedule %s %.3f GB/s",
+                 figures.front().bytes, best_name.c_str(), best, best_hitch_name.c_str(), best_hitch);
     if (mpi_bw > 0) std::fprintf(notes, " = %.2f x MPI_Allreduce", best_hitch / mpi_bw);
     if (bound > 0) std::fprintf(notes, " = %.2f of the bound", best_hitch / bound);
     if (automatic > 0) std::fprintf(notes, "; automatic %.2f of the fastest", automatic / best);
@@ -311,8 +325,8 @@ template <class C>
 void automatic_picks(const world& w, const settings& s, ar::group<C>& g, std::FILE* notes) {
     if (w.rank != 0 || !g.constants()) return;
     const ar::cost_constants k = *g.constants();
-    std::fprintf(notes, "automatic's constants: alpha %.3g s, beta %.3g s/B, gamma %.3g s/B", k.alpha_s, k.beta_s_per_byte,
-                 k.gamma_s_per_byte);
+    std::fprintf(notes, "automatic's constants: alpha %.3g s, beta %.3g s/B, gamma %.3g s/B", k.alpha_s,
+                 k.beta_s_per_byte, k.gamma_s_per_byte);
     if (k.has_native()) std::fprintf(notes, ", native %.3g s + %.3g s/B", k.native_alpha_s, k.native_beta_s_per_byte);
     const auto profile = ar::automatic::measured_profile(g.state());
     std::fprintf(notes, "\nautomatic picks (model and measured profile):");
@@ -327,14 +341,22 @@ void check_cost(const world& w, const settings& s, ar::group<C>& g, std::FILE* n
     std::vector<float> buffer(1024);
     ar::call_options checked, unchecked;
     unchecked.check = false;
-    std::vector<impl> pair{
-        {"automatic (checked)", [&](std::span<float> d) { ar::allreduce(g, hitch::tensor_view<float>(d.data(), d.size()), ar::reduce_op::sum, ar::automatic{}, checked); }},
-        {"automatic (unchecked)", [&](std::span<float> d) { ar::allreduce(g, hitch::tensor_view<float>(d.data(), d.size()), ar::reduce_op::sum, ar::automatic{}, unchecked); }}};
+    std::vector<impl> pair{{"automatic (checked)",
+                            [&](std::span<float> d) {
+                                ar::allreduce(g, hitch::tensor_view<float>(d.data(), d.size()), ar::reduce_op::sum,
+                                              ar::automatic{}, checked);
+                            }},
+                           {"automatic (unchecked)", [&](std::span<float> d) {
+                                ar::allreduce(g, hitch::tensor_view<float>(d.data(), d.size()), ar::reduce_op::sum,
+                                              ar::automatic{}, unchecked);
+                            }}};
     settings more = s;
     more.rounds = std::max(s.rounds, 21);
     const auto f = measure(w, more, pair, std::span<float>(buffer));
     if (w.rank == 0)
-        std::fprintf(notes, "agreement check at 4 KiB (%s, %d ranks): automatic %.2f us checked vs %.2f us unchecked: +%.2f us per call\n",
+        std::fprintf(notes,
+                     "agreement check at 4 KiB (%s, %d ranks): automatic %.2f us checked vs %.2f us unchecked: +%.2f "
+                     "us per call\n",
                      s.comm.c_str(), w.size, f[0].median_us, f[1].median_us, f[0].median_us - f[1].median_us);
 }
 
@@ -371,7 +393,8 @@ int run_mpi(settings& s, int argc, char** argv) {
         }
         MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
         dir = path;
-        if (dir.empty()) s.gloo = false;
+        if (dir.empty())
+            s.gloo = false;
         else {
             gloo::rendezvous::FileStore store(dir);
             gloo.connect(me, p, store);
@@ -387,7 +410,8 @@ int run_mpi(settings& s, int argc, char** argv) {
         add_hitch(impls, s, g);
         if (wanted(s, "mpi_allreduce"))
             impls.push_back({"mpi_allreduce", [](std::span<float> d) {
-                                 MPI_Allreduce(MPI_IN_PLACE, d.data(), static_cast<int>(d.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                                 MPI_Allreduce(MPI_IN_PLACE, d.data(), static_cast<int>(d.size()), MPI_FLOAT, MPI_SUM,
+                                               MPI_COMM_WORLD);
                              }});
         add_gloo(impls, s, gloo);
         if (wanted(s, "bound")) {
@@ -407,7 +431,8 @@ int run_mpi(settings& s, int argc, char** argv) {
         std::string failure;
         if (!verify(w, impls, std::span<float>(buffer), failure)) {
             ++failures;
-            if (!failure.empty()) std::fprintf(stderr, "hitch-bench-allreduce: VERIFICATION FAILED: %s\n", failure.c_str());
+            if (!failure.empty())
+                std::fprintf(stderr, "hitch-bench-allreduce: VERIFICATION FAILED: %s\n", failure.c_str());
         }
         if (me == 0) report(s, p, figures, notes);
     }
@@ -469,7 +494,8 @@ int run_local(settings& s) {
             std::string failure;
             if (!verify(w, impls, std::span<float>(buffer), failure)) {
                 failures += 1;
-                if (!failure.empty()) std::fprintf(stderr, "hitch-bench-allreduce: VERIFICATION FAILED: %s\n", failure.c_str());
+                if (!failure.empty())
+                    std::fprintf(stderr, "hitch-bench-allreduce: VERIFICATION FAILED: %s\n", failure.c_str());
             }
             if (me == 0) report(s, p, figures, notes);
             sync.arrive_and_wait();
@@ -485,13 +511,17 @@ int run_local(settings& s) {
 int main(int argc, char** argv) {
     settings s;
     CLI::App app("hitch-bench-allreduce: hitch's all-reduce schedules against MPI_Allreduce, Gloo and a bound");
-    app.add_option("--comm", s.comm, "mpi (run under mpiexec) or local (threads)")->check(CLI::IsMember({"mpi", "local"}));
+    app.add_option("--comm", s.comm, "mpi (run under mpiexec) or local (threads)")
+        ->check(CLI::IsMember({"mpi", "local"}));
     app.add_option("--ranks", s.ranks, "ranks (threads) for --comm local")->check(CLI::Range(1, 64));
     app.add_flag("--json", s.json, "one JSON object per line");
-    app.add_option("--min-bytes", s.min_bytes, "smallest buffer")->check(CLI::Range(std::size_t{4}, std::size_t{1} << 34));
-    app.add_option("--max-bytes", s.max_bytes, "largest buffer")->check(CLI::Range(std::size_t{4}, std::size_t{1} << 34));
+    app.add_option("--min-bytes", s.min_bytes, "smallest buffer")
+        ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 34));
+    app.add_option("--max-bytes", s.max_bytes, "largest buffer")
+        ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 34));
     app.add_option("--rounds", s.rounds, "samples per impl and size (median reported)")->check(CLI::Range(1, 1000));
-    app.add_option("--min-sample-ms", s.min_sample_ms, "small buffers are timed in batches of at least this")->check(CLI::Range(0.0, 1000.0));
+    app.add_option("--min-sample-ms", s.min_sample_ms, "small buffers are timed in batches of at least this")
+        ->check(CLI::Range(0.0, 1000.0));
     app.add_option("--only", s.only, "comma-separated impls to run (default all)");
     bool no_gloo = false;
     app.add_flag("--no-gloo", no_gloo, "skip Gloo");

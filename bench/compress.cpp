@@ -32,7 +32,6 @@
 
 #include "hitch/allreduce/allreduce.hpp"
 #include "hitch/comm/local.hpp"
-#include "hitch/exchange/aggregate.hpp"
 #include "hitch/compress/bf16.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/dgc.hpp"
@@ -47,6 +46,7 @@
 #include "hitch/compress/threshold.hpp"
 #include "hitch/compress/topk.hpp"
 #include "hitch/core/parallel.hpp"
+#include "hitch/exchange/aggregate.hpp"
 
 #include "resnet50.hpp"
 
@@ -57,9 +57,9 @@ using clock_type = std::chrono::steady_clock;
 
 struct layer {
     std::string name;
-    std::size_t rows;  // output channels (or the length of a vector)
-    std::size_t cols;  // inputs x kernel area (1 for vectors)
-    float scale;       // standard deviation of its gradients
+    std::size_t rows;                       // output channels (or the length of a vector)
+    std::size_t cols;                       // inputs x kernel area (1 for vectors)
+    float scale;                            // standard deviation of its gradients
     std::vector<hc::matrix_shape> parts{};  // a fused bucket: the shapes of the tensors it holds
     [[nodiscard]] std::size_t size() const { return rows * cols; }
 };
@@ -84,10 +84,14 @@ std::vector<layer> resnet50() {
     std::vector<layer> t;
     for (const auto& x : hitch_bench::resnet50_tensors()) {
         float scale = 0;
-        if (x.name == "fc.weight") scale = 5e-4f;
-        else if (x.name == "fc.bias") scale = 4e-3f;
-        else if (x.bias_or_norm) scale = x.name.ends_with(".weight") ? 2e-3f : 3e-3f;
-        else scale = static_cast<float>(2e-2 / std::sqrt(static_cast<double>(x.cols)));
+        if (x.name == "fc.weight")
+            scale = 5e-4f;
+        else if (x.name == "fc.bias")
+            scale = 4e-3f;
+        else if (x.bias_or_norm)
+            scale = x.name.ends_with(".weight") ? 2e-3f : 3e-3f;
+        else
+            scale = static_cast<float>(2e-2 / std::sqrt(static_cast<double>(x.cols)));
         t.push_back({x.name, x.rows, x.cols, scale});
     }
     return t;
@@ -161,7 +165,8 @@ struct bench_data {
 };
 
 template <class Codec>
-runner make_runner(std::string impl, Codec codec, bench_data& d, std::function<std::string(const std::vector<float>&)> check,
+runner make_runner(std::string impl, Codec codec, bench_data& d,
+                   std::function<std::string(const std::vector<float>&)> check,
                    std::function<typename Codec::state(const Codec&, const layer&)> make_state = nullptr) {
     struct holder {
         Codec codec;
@@ -176,8 +181,8 @@ runner make_runner(std::string impl, Codec codec, bench_data& d, std::function<s
     r.impl = std::move(impl);
     r.encode = [h, &d] {
         for (std::size_t k = 0; k < d.layers.size(); ++k)
-            h->codec.encode(hitch::tensor_view<const float>(d.g.data() + d.offsets[k], d.layers[k].size()), h->states[k],
-                            h->messages[k]);
+            h->codec.encode(hitch::tensor_view<const float>(d.g.data() + d.offsets[k], d.layers[k].size()),
+                            h->states[k], h->messages[k]);
     };
     r.decode = [h, &d] {
         for (std::size_t k = 0; k < d.layers.size(); ++k)
@@ -200,8 +205,9 @@ runner make_runner(std::string impl, Codec codec, bench_data& d, std::function<s
                 one_pass += h->states[i].passes == 1;
             }
             char line[200];
-            std::snprintf(line, sizeof line, "selected %zu of k = %zu (%.2f%% off); %zu of %zu buckets sampled in one pass",
-                          selected, k, 100.0 * (static_cast<double>(selected) - static_cast<double>(k)) / static_cast<double>(k),
+            std::snprintf(line, sizeof line,
+                          "selected %zu of k = %zu (%.2f%% off); %zu of %zu buckets sampled in one pass", selected, k,
+                          100.0 * (static_cast<double>(selected) - static_cast<double>(k)) / static_cast<double>(k),
                           one_pass, d.layers.size());
             return std::string(line);
         };
@@ -240,7 +246,8 @@ std::string check_per_layer(const bench_data& d, const std::vector<float>& out,
 /// Sparse codecs: every decoded element is either 0 or (for value-carrying codecs) the input itself.
 std::string check_sparse(const bench_data& d, const std::vector<float>& out, const char* what) {
     for (std::size_t i = 0; i < d.g.size(); ++i)
-        if (out[i] != 0.0f && out[i] != d.g[i]) return std::string(what) + ": element " + std::to_string(i) + " is neither 0 nor sent";
+        if (out[i] != 0.0f && out[i] != d.g[i])
+            return std::string(what) + ": element " + std::to_string(i) + " is neither 0 nor sent";
     return "";
 }
 
@@ -286,11 +293,16 @@ int main(int argc, char** argv) {
     std::vector<std::string> only;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        if (a == "--json") json = true;
-        else if (a == "--no-check") verify = false;
-        else if (a == "--aggregate") aggregate = true;
-        else if (a == "--repeats" && i + 1 < argc) repeats = std::max(1, std::atoi(argv[++i]));
-        else if (a == "--bucket-mib" && i + 1 < argc) bucket_mib = std::max(0.0, std::atof(argv[++i]));
+        if (a == "--json")
+            json = true;
+        else if (a == "--no-check")
+            verify = false;
+        else if (a == "--aggregate")
+            aggregate = true;
+        else if (a == "--repeats" && i + 1 < argc)
+            repeats = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--bucket-mib" && i + 1 < argc)
+            bucket_mib = std::max(0.0, std::atof(argv[++i]));
         else if (a == "--only" && i + 1 < argc) {
             std::string list = argv[++i];
             for (std::size_t p = 0; p <= list.size();) {
@@ -299,8 +311,9 @@ int main(int argc, char** argv) {
                 p = q + 1;
             }
         } else {
-            std::fprintf(stderr, "usage: hitch-bench-compress [--json] [--repeats N] [--only a,b] [--no-check] [--aggregate] "
-                                 "[--bucket-mib M (default 25; 0: one bucket per tensor)]\n");
+            std::fprintf(stderr,
+                         "usage: hitch-bench-compress [--json] [--repeats N] [--only a,b] [--no-check] [--aggregate] "
+                         "[--bucket-mib M (default 25; 0: one bucket per tensor)]\n");
             return 2;
         }
     }
@@ -324,7 +337,9 @@ int main(int argc, char** argv) {
     const double tau = 3e-3;  // about 0.5% of the elements reach it (Strom's example sends 0.36%)
 
     std::vector<runner> runners;
-    auto want = [&](const std::string& name) { return only.empty() || std::find(only.begin(), only.end(), name) != only.end(); };
+    auto want = [&](const std::string& name) {
+        return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+    };
     auto add = [&](runner r) {
         if (want(r.impl)) runners.push_back(std::move(r));
     };
@@ -349,8 +364,12 @@ int main(int argc, char** argv) {
     auto tern_check = [&](const std::vector<float>& o) {
         return check_per_layer(d, o, [](double m, double) { return m; }, "terngrad");
     };
-    auto sparse_check = [&](const char* what) { return [&, what](const std::vector<float>& o) { return check_sparse(d, o, what); }; };
-    auto finite_check = [&](const char* what) { return [what](const std::vector<float>& o) { return check_finite(o, what); }; };
+    auto sparse_check = [&](const char* what) {
+        return [&, what](const std::vector<float>& o) { return check_sparse(d, o, what); };
+    };
+    auto finite_check = [&](const char* what) {
+        return [what](const std::vector<float>& o) { return check_finite(o, what); };
+    };
 
     add(make_runner("none", hc::none{}, d, none_check));
     add(make_runner("fp16", hc::fp16{}, d, fp16_check));
@@ -358,12 +377,14 @@ int main(int argc, char** argv) {
     add(make_runner("onebit", hc::onebit{}, d, onebit_check));
     add(make_runner("threshold", hc::threshold({.tau = static_cast<float>(tau)}), d, [&](const std::vector<float>& o) {
         for (std::size_t i = 0; i < n; ++i)
-            if (o[i] != (std::fabs(d.g[i]) >= static_cast<float>(tau) ? std::copysign(static_cast<float>(tau), d.g[i]) : 0.0f))
+            if (o[i] !=
+                (std::fabs(d.g[i]) >= static_cast<float>(tau) ? std::copysign(static_cast<float>(tau), d.g[i]) : 0.0f))
                 return std::string("threshold: element ") + std::to_string(i);
         return std::string();
     }));
     add(make_runner("topk", hc::topk({.density = 0.001}), d, sparse_check("topk")));
-    add(make_runner("topk_exact", hc::topk({.density = 0.001, .method = hc::topk_method::exact}), d, sparse_check("topk_exact")));
+    add(make_runner("topk_exact", hc::topk({.density = 0.001, .method = hc::topk_method::exact}), d,
+                    sparse_check("topk_exact")));
     add(make_runner("dgc", hc::dgc({.final_density = 0.001}), d, finite_check("dgc")));
     add(make_runner("randomk", hc::randomk({.density = 0.01}), d, finite_check("randomk")));
     add(make_runner("qsgd", hc::qsgd{}, d, qsgd_check));
@@ -371,8 +392,8 @@ int main(int argc, char** argv) {
     add(make_runner<hc::powersgd>("powersgd", hc::powersgd({.rank = 4}), d, finite_check("powersgd"), powersgd_state));
     add(make_runner("ef_fp16", hc::error_feedback<hc::fp16>{}, d, finite_check("ef_fp16")));
     add(make_runner("ef_onebit", hc::error_feedback<hc::onebit>{}, d, finite_check("ef_onebit")));
-    add(make_runner("ef_threshold", hc::error_feedback<hc::threshold>(hc::threshold({.tau = static_cast<float>(tau)})), d,
-                    finite_check("ef_threshold")));
+    add(make_runner("ef_threshold", hc::error_feedback<hc::threshold>(hc::threshold({.tau = static_cast<float>(tau)})),
+                    d, finite_check("ef_threshold")));
     add(make_runner("ef_topk", hc::error_feedback<hc::topk>(hc::topk({.density = 0.001})), d, finite_check("ef_topk")));
     add(make_runner("ef_randomk", hc::error_feedback<hc::randomk>(hc::randomk({.density = 0.01, .scale = false})), d,
                     finite_check("ef_randomk")));
@@ -425,26 +446,29 @@ int main(int argc, char** argv) {
     for (auto& r : runners) {
         const auto& t = times[r.impl];
         // The bound is the faster of the one-thread and all-thread read passes (the codecs may use every thread).
-        const double enc = median(t.encode), dec = median(t.decode), bound = std::min(median(t.bound1), median(t.bound2));
+        const double enc = median(t.encode), dec = median(t.decode),
+                     bound = std::min(median(t.bound1), median(t.bound2));
         encode_s[r.impl] = enc;
         const std::size_t wire = r.wire_bytes();
         const double ratio = bytes / static_cast<double>(wire);
         if (json)
-            std::printf("{\"bench\":\"compress\",\"impl\":\"%s\",\"elements\":%zu,\"wire_bytes\":%zu,\"ratio\":%.4f,"
-                        "\"encode_GBs\":%.3f,\"decode_GBs\":%.3f,\"bound_GBs\":%.3f}\n",
-                        r.impl.c_str(), n, wire, ratio, bytes / enc * 1e-9, bytes / dec * 1e-9, bytes / bound * 1e-9);
+            std::printf(
+                "{\"bench\":\"compress\",\"impl\":\"%s\",\"elements\":%zu,\"wire_bytes\":%zu,\"ratio\":%.4f,"
+                "\"encode_GBs\":%.3f,\"decode_GBs\":%.3f,\"bound_GBs\":%.3f}\n",
+                r.impl.c_str(), n, wire, ratio, bytes / enc * 1e-9, bytes / dec * 1e-9, bytes / bound * 1e-9);
         else
-            std::printf("%-13s %12zu %9.2f %11.3f %11.3f %10.3f %9.2f\n", r.impl.c_str(), wire, ratio, bytes / enc * 1e-9,
-                        bytes / dec * 1e-9, bytes / bound * 1e-9, bound / enc);
+            std::printf("%-13s %12zu %9.2f %11.3f %11.3f %10.3f %9.2f\n", r.impl.c_str(), wire, ratio,
+                        bytes / enc * 1e-9, bytes / dec * 1e-9, bytes / bound * 1e-9, bound / enc);
         const std::string note = r.note();
         if (!note.empty()) std::fprintf(cmp, "# %s: %s\n", r.impl.c_str(), note.c_str());
     }
     for (const char* name : {"fp16", "bf16", "onebit", "qsgd", "terngrad", "threshold"})
         if (times.count(name)) {
             const auto& t = times[name];
-            std::fprintf(cmp, "# %s encode / bound = %.2f (target >= 0.5); read pass %.1f GB/s on 1 thread, %.1f GB/s on %zu\n",
-                         name, std::min(median(t.bound1), median(t.bound2)) / median(t.encode), bytes / median(t.bound1) * 1e-9,
-                         bytes / median(t.bound2) * 1e-9, hitch::thread_pool::shared().size());
+            std::fprintf(
+                cmp, "# %s encode / bound = %.2f (target >= 0.5); read pass %.1f GB/s on 1 thread, %.1f GB/s on %zu\n",
+                name, std::min(median(t.bound1), median(t.bound2)) / median(t.encode), bytes / median(t.bound1) * 1e-9,
+                bytes / median(t.bound2) * 1e-9, hitch::thread_pool::shared().size());
         }
     if (encode_s.count("topk") && encode_s.count("topk_exact"))
         std::fprintf(cmp, "# topk (sampled) is %.1fx faster than topk_exact at density 0.001 (target >= 5)\n",
@@ -464,7 +488,10 @@ int main(int argc, char** argv) {
         report("ef_topk 0.001 (all-gather)",
                time_exchange(hc::error_feedback<hc::topk>(hc::topk({.density = 0.001})), d, 2, steps));
     }
-    std::fprintf(cmp, "# median of %d repeats; %s\n", repeats, failures ? "CHECKS FAILED" : verify ? "all results checked" : "unchecked");
+    std::fprintf(cmp, "# median of %d repeats; %s\n", repeats,
+                 failures ? "CHECKS FAILED"
+                 : verify ? "all results checked"
+                          : "unchecked");
     (void)sink;
     return failures ? 1 : 0;
 }

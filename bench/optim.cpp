@@ -55,9 +55,7 @@ std::vector<tensor_shape> resnet50_tensors() {
     return t;
 }
 
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -82,26 +80,38 @@ struct naive_ops {
     hitch::parallel_options exec;
     template <class F>
     void each(std::size_t n, F f) const {
-        hitch::parallel_for(n, [&](std::size_t b, std::size_t e) {
-            for (std::size_t i = b; i < e; ++i) f(i);
-        }, exec);
+        hitch::parallel_for(
+            n,
+            [&](std::size_t b, std::size_t e) {
+                for (std::size_t i = b; i < e; ++i) f(i);
+            },
+            exec);
     }
-    void scale(float* x, float a, std::size_t n) const { each(n, [=](std::size_t i) { x[i] = a * x[i]; }); }
+    void scale(float* x, float a, std::size_t n) const {
+        each(n, [=](std::size_t i) { x[i] = a * x[i]; });
+    }
     void axpy(float* y, float a, const float* x, std::size_t n) const {
         each(n, [=](std::size_t i) { y[i] = y[i] + a * x[i]; });
     }
     void mul(float* out, const float* x, const float* y, std::size_t n) const {
         each(n, [=](std::size_t i) { out[i] = x[i] * y[i]; });
     }
-    void copy(float* out, const float* x, std::size_t n) const { each(n, [=](std::size_t i) { out[i] = x[i]; }); }
+    void copy(float* out, const float* x, std::size_t n) const {
+        each(n, [=](std::size_t i) { out[i] = x[i]; });
+    }
     void sqrt_to(float* out, const float* x, std::size_t n) const {
         // vectorised square roots, as a tensor library's sqrt kernel would be
-        hitch::parallel_for(n, [&](std::size_t b, std::size_t e) {
-            for (std::size_t i = b; i < e; ++i) out[i] = x[i];
-            hitch::optim::detail::sqrt_in_place(out + b, e - b);
-        }, exec);
+        hitch::parallel_for(
+            n,
+            [&](std::size_t b, std::size_t e) {
+                for (std::size_t i = b; i < e; ++i) out[i] = x[i];
+                hitch::optim::detail::sqrt_in_place(out + b, e - b);
+            },
+            exec);
     }
-    void add_scalar(float* x, float a, std::size_t n) const { each(n, [=](std::size_t i) { x[i] = x[i] + a; }); }
+    void add_scalar(float* x, float a, std::size_t n) const {
+        each(n, [=](std::size_t i) { x[i] = x[i] + a; });
+    }
     void div(float* out, const float* x, const float* y, std::size_t n) const {
         each(n, [=](std::size_t i) { out[i] = x[i] / y[i]; });
     }
@@ -131,7 +141,8 @@ int main(int argc, char** argv) {
             std::string list = argv[++i];
             for (std::size_t pos = 0; pos <= list.size();) {
                 const std::size_t comma = std::min(list.find(',', pos), list.size());
-                thread_counts.push_back(static_cast<std::size_t>(std::max(1, std::atoi(list.substr(pos, comma - pos).c_str()))));
+                thread_counts.push_back(
+                    static_cast<std::size_t>(std::max(1, std::atoi(list.substr(pos, comma - pos).c_str()))));
                 pos = comma + 1;
             }
         } else {
@@ -175,9 +186,12 @@ int main(int argc, char** argv) {
             const float* c = grads.data();
             const float s = 0.5f;
             const double t = time_median(repeats, [&] {
-                hitch::parallel_for(n, [&](std::size_t begin, std::size_t end) {
-                    for (std::size_t i = begin; i < end; ++i) a[i] = b[i] + s * c[i];
-                }, exec);
+                hitch::parallel_for(
+                    n,
+                    [&](std::size_t begin, std::size_t end) {
+                        for (std::size_t i = begin; i < end; ++i) a[i] = b[i] + s * c[i];
+                    },
+                    exec);
             });
             results.push_back({"triad", threads, t * 1e3, 12.0 * static_cast<double>(n)});
         }
@@ -189,12 +203,30 @@ int main(int argc, char** argv) {
             const double t = time_median(repeats, [&] { opt.step(1e-6f); });
             results.push_back({impl, threads, t * 1e3, bytes_per_param * static_cast<double>(n)});
         };
-        struct sgd_o { using outer = optim::sgd; optim::sgd::options_type value; };
-        struct mom_o { using outer = optim::momentum; optim::momentum::options_type value; };
-        struct adam_o { using outer = optim::adam; optim::adam::options_type value; };
-        struct adamw_o { using outer = optim::adamw; optim::adamw::options_type value; };
-        struct lars_o { using outer = optim::lars_sgd; optim::lars_sgd::options_type value; };
-        struct lamb_o { using outer = optim::lamb; optim::lamb::options_type value; };
+        struct sgd_o {
+            using outer = optim::sgd;
+            optim::sgd::options_type value;
+        };
+        struct mom_o {
+            using outer = optim::momentum;
+            optim::momentum::options_type value;
+        };
+        struct adam_o {
+            using outer = optim::adam;
+            optim::adam::options_type value;
+        };
+        struct adamw_o {
+            using outer = optim::adamw;
+            optim::adamw::options_type value;
+        };
+        struct lars_o {
+            using outer = optim::lars_sgd;
+            optim::lars_sgd::options_type value;
+        };
+        struct lamb_o {
+            using outer = optim::lamb;
+            optim::lamb::options_type value;
+        };
         run("sgd", sgd_o{{.weight_decay = 1e-4f}}, 12);
         run("momentum", mom_o{{.momentum = 0.9f, .weight_decay = 1e-4f}}, 20);
         run("adam", adam_o{{}}, 28);
@@ -268,9 +300,10 @@ int main(int argc, char** argv) {
     for (const auto& r : results) {
         const double gbs = r.bytes / (r.median_ms * 1e-3) / 1e9;
         if (json)
-            std::printf("{\"bench\":\"optim\",\"impl\":\"%s\",\"params\":%zu,\"threads\":%zu,\"median_ms\":%.3f,"
-                        "\"GBs\":%.3f,\"bound_GBs\":%.3f,\"fraction\":%.3f}\n",
-                        r.impl.c_str(), n, r.threads, r.median_ms, gbs, bound, gbs / bound);
+            std::printf(
+                "{\"bench\":\"optim\",\"impl\":\"%s\",\"params\":%zu,\"threads\":%zu,\"median_ms\":%.3f,"
+                "\"GBs\":%.3f,\"bound_GBs\":%.3f,\"fraction\":%.3f}\n",
+                r.impl.c_str(), n, r.threads, r.median_ms, gbs, bound, gbs / bound);
         else
             std::printf("%-16s %7zu %10.2f %8.2f %9.3f\n", r.impl.c_str(), r.threads, r.median_ms, gbs, gbs / bound);
     }

@@ -42,7 +42,9 @@ int main(int argc, char** argv) {
         t.test = &sets->second;
         t.norm = data::normalization::of(sets->first);
         const std::size_t blocks = c.model == "resnet20" ? 3 : 1;
-        t.build = [blocks](std::size_t batch, std::uint64_t seed) { return nn::cifar_resnet<float>(batch, seed, blocks); };
+        t.build = [blocks](std::size_t batch, std::uint64_t seed) {
+            return nn::cifar_resnet<float>(batch, seed, blocks);
+        };
         return t;
     });
 }

@@ -40,7 +40,9 @@ public:
         float beta = 0.9f;
         float weight_decay = 0.0f;
         void validate() const {
-            hitch::option_validator("my_lab::signum").half_open("beta", beta, 0.0f, 1.0f).non_negative("weight_decay", weight_decay);
+            hitch::option_validator("my_lab::signum")
+                .half_open("beta", beta, 0.0f, 1.0f)
+                .non_negative("weight_decay", weight_decay);
         }
     };
     template <class D>

@@ -71,9 +71,7 @@ template <class T = float>
 class batch_loader {
 public:
     batch_loader(const dataset& d, const normalization& norm, std::size_t max_batch)
-        : data_(&d),
-          images_(xt::xtensor<T, 1>::from_shape({max_batch * d.sample_size()})),
-          labels_(max_batch) {
+        : data_(&d), images_(xt::xtensor<T, 1>::from_shape({max_batch * d.sample_size()})), labels_(max_batch) {
         if (norm.mean.size() != d.channels() || norm.stddev.size() != d.channels())
             throw std::invalid_argument("data::batch_loader: the normalisation has " +
                                         std::to_string(norm.mean.size()) + " channels, the data set " +

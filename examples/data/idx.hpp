@@ -8,8 +8,8 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -32,8 +32,7 @@ class gz_reader {
 public:
     explicit gz_reader(const std::filesystem::path& path) : path_(path.string()) {
         std::error_code ec;
-        if (!std::filesystem::is_regular_file(path, ec))
-            throw data_error(path_ + ": no such file");
+        if (!std::filesystem::is_regular_file(path, ec)) throw data_error(path_ + ": no such file");
         file_.reset(gzopen(path_.c_str(), "rb"));
         if (!file_) throw data_error(path_ + ": cannot open the file");
     }
@@ -181,8 +180,10 @@ inline idx_array read_idx(const std::filesystem::path& path) {
         const std::size_t chunk = std::min<std::size_t>(total - done, std::size_t{1} << 24);
         const bool last = done + chunk == total;
         out.values.resize(done + chunk + (last ? 1 : 0));
-        if (last) in.read_last(out.values.data() + done, chunk, what);
-        else in.read(out.values.data() + done, chunk, what);
+        if (last)
+            in.read_last(out.values.data() + done, chunk, what);
+        else
+            in.read(out.values.data() + done, chunk, what);
         done += chunk;
     }
     out.values.resize(total);

@@ -18,8 +18,9 @@ namespace hitch_examples::data {
 inline dataset make_synthetic(std::size_t samples, std::size_t height, std::size_t width, std::size_t channels,
                               std::size_t classes, std::uint64_t seed, std::uint64_t stream = 0) {
     if (samples == 0 || height == 0 || width == 0 || channels == 0 || classes < 2 || classes > 256)
-        throw std::invalid_argument("data::make_synthetic: samples, height, width and channels must be positive "
-                                    "and classes within [2, 256]");
+        throw std::invalid_argument(
+            "data::make_synthetic: samples, height, width and channels must be positive "
+            "and classes within [2, 256]");
     const std::size_t n = height * width * channels;
     std::vector<double> prototypes(classes * n);
     nn::random_source prototype_rng(seed);

@@ -26,11 +26,10 @@ struct batch_norm_options {
 template <class T>
 class batch_norm : public layer<T> {
 public:
-    explicit batch_norm(std::string name, batch_norm_options options = {})
-        : name_(std::move(name)), options_(options) {
+    explicit batch_norm(std::string name, batch_norm_options options = {}) : name_(std::move(name)), options_(options) {
         if (!(options.momentum > 0.0 && options.momentum <= 1.0))
-            throw std::invalid_argument("nn::batch_norm " + name_ + ": momentum = " +
-                                        std::to_string(options.momentum) + " is outside (0, 1]");
+            throw std::invalid_argument("nn::batch_norm " + name_ + ": momentum = " + std::to_string(options.momentum) +
+                                        " is outside (0, 1]");
         if (!(options.epsilon > 0.0))
             throw std::invalid_argument("nn::batch_norm " + name_ + ": epsilon must be positive");
     }

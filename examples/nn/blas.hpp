@@ -24,17 +24,15 @@ inline CBLAS_TRANSPOSE blas_op(bool transpose) { return transpose ? CblasTrans :
 }  // namespace detail
 
 /// C (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C, row-major, with leading dimensions lda/ldb/ldc.
-inline void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
-                 const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
-                 std::size_t ldc) {
+inline void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+                 std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
     using detail::blas_int;
     cblas_sgemm(CblasRowMajor, detail::blas_op(trans_a), detail::blas_op(trans_b), blas_int(m), blas_int(n),
                 blas_int(k), alpha, a, blas_int(lda), b, blas_int(ldb), beta, c, blas_int(ldc));
 }
 
-inline void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, double alpha,
-                 const double* a, std::size_t lda, const double* b, std::size_t ldb, double beta, double* c,
-                 std::size_t ldc) {
+inline void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, double alpha, const double* a,
+                 std::size_t lda, const double* b, std::size_t ldb, double beta, double* c, std::size_t ldc) {
     using detail::blas_int;
     cblas_dgemm(CblasRowMajor, detail::blas_op(trans_a), detail::blas_op(trans_b), blas_int(m), blas_int(n),
                 blas_int(k), alpha, a, blas_int(lda), b, blas_int(ldb), beta, c, blas_int(ldc));
@@ -43,8 +41,9 @@ inline void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::
 /// Threads OpenBLAS may use in this process. Ranks that share the cores should each use 1 (the OPENBLAS_NUM_THREADS
 /// environment variable does the same before start-up). Returns false where the BLAS offers no such control.
 inline bool set_blas_threads(int threads) {
-    if (threads < 1) throw std::invalid_argument("nn::set_blas_threads: threads = " + std::to_string(threads) +
-                                                 " must be at least 1");
+    if (threads < 1)
+        throw std::invalid_argument("nn::set_blas_threads: threads = " + std::to_string(threads) +
+                                    " must be at least 1");
 #ifdef HITCH_EXAMPLES_OPENBLAS
     openblas_set_num_threads(threads);
     return true;

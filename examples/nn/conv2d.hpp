@@ -141,7 +141,8 @@ private:
                     continue;
                 }
                 const std::size_t offset = ((b * in_.height + static_cast<std::size_t>(ih)) * in_.width +
-                                            static_cast<std::size_t>(left + s0)) * in_.channels;
+                                            static_cast<std::size_t>(left + s0)) *
+                                           in_.channels;
                 fn(row, static_cast<std::size_t>(r), offset, static_cast<std::size_t>(s0),
                    static_cast<std::size_t>(s1));
             }
@@ -154,25 +155,25 @@ private:
 
     T* im2col(const T* x, std::size_t first, std::size_t count, T* col) const {
         const std::size_t c = in_.channels, run = kernel_ * c;
-        for_each_patch_row(first, count, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0,
-                                             std::size_t s1) {
-            T* dst = col + row * patch_ + r * run;
-            std::fill(dst, dst + s0 * c, T{0});
-            std::copy(x + in, x + in + (s1 - s0) * c, dst + s0 * c);
-            std::fill(dst + s1 * c, dst + run, T{0});
-        });
+        for_each_patch_row(first, count,
+                           [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0, std::size_t s1) {
+                               T* dst = col + row * patch_ + r * run;
+                               std::fill(dst, dst + s0 * c, T{0});
+                               std::copy(x + in, x + in + (s1 - s0) * c, dst + s0 * c);
+                               std::fill(dst + s1 * c, dst + run, T{0});
+                           });
         return col;
     }
 
     /// dx += the patches of rows [first, first + count) scattered back to where im2col took them from.
     void col2im(const T* dcol, std::size_t first, std::size_t count, T* dx) const {
         const std::size_t c = in_.channels;
-        for_each_patch_row(first, count, [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0,
-                                             std::size_t s1) {
-            const T* src = dcol + row * patch_ + (r * kernel_ + s0) * c;
-            T* dst = dx + in;
-            for (std::size_t i = 0; i < (s1 - s0) * c; ++i) dst[i] += src[i];
-        });
+        for_each_patch_row(first, count,
+                           [&](std::size_t row, std::size_t r, std::size_t in, std::size_t s0, std::size_t s1) {
+                               const T* src = dcol + row * patch_ + (r * kernel_ + s0) * c;
+                               T* dst = dx + in;
+                               for (std::size_t i = 0; i < (s1 - s0) * c; ++i) dst[i] += src[i];
+                           });
     }
 
     std::string name_;

@@ -38,9 +38,9 @@ enum class mode : std::uint8_t { train, eval };
 /// so a trainer may take views of them once.
 template <class T>
 struct parameter {
-    std::string name;          ///< e.g. "fc1.weight", "bn1.gamma"
+    std::string name;  ///< e.g. "fc1.weight", "bn1.gamma"
     std::span<T> value;
-    std::span<T> gradient;     ///< overwritten by every backward pass (not accumulated)
+    std::span<T> gradient;         ///< overwritten by every backward pass (not accumulated)
     bool is_bias_or_norm = false;  ///< biases and normalisation scales/shifts: LARS and weight decay skip them
     std::size_t rows = 0;          ///< a weight as a matrix: its outputs (rows) x the rest, row-major; 0: a vector
 };

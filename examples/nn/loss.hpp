@@ -26,10 +26,10 @@ public:
     T forward(std::span<const T> logits, std::span<const std::int32_t> labels) {
         const std::size_t batch = labels.size();
         if (batch == 0 || batch * classes_ > gradient_.size() || logits.size() < batch * classes_)
-            throw std::invalid_argument("nn::softmax_cross_entropy: " + std::to_string(batch) +
-                                        " labels for " + std::to_string(logits.size()) + " logits of " +
-                                        std::to_string(classes_) + " classes (capacity " +
-                                        std::to_string(gradient_.size() / classes_) + " samples)");
+            throw std::invalid_argument("nn::softmax_cross_entropy: " + std::to_string(batch) + " labels for " +
+                                        std::to_string(logits.size()) + " logits of " + std::to_string(classes_) +
+                                        " classes (capacity " + std::to_string(gradient_.size() / classes_) +
+                                        " samples)");
         batch_ = batch;
         correct_ = 0;
         double total = 0.0;

@@ -93,8 +93,8 @@ public:
     /// Backpropagates dL/d(output) of the last forward batch into every parameter's gradient (overwriting it).
     /// on_gradient_ready(i) is called once per parameter i as soon as its gradient is final, last parameter first,
     /// so communication can overlap the rest of the pass. input_gradient, when given, receives dL/dx.
-    void backward(std::span<const T> output_gradient,
-                  const std::function<void(std::size_t)>& on_gradient_ready = {}, T* input_gradient = nullptr) {
+    void backward(std::span<const T> output_gradient, const std::function<void(std::size_t)>& on_gradient_ready = {},
+                  T* input_gradient = nullptr) {
         if (!input_data_) throw std::logic_error("nn::model::backward: no forward pass to go back through");
         if (output_gradient.size() < batch_ * output_.size())
             throw std::invalid_argument("nn::model::backward: the output gradient has " +
@@ -150,7 +150,7 @@ private:
     std::vector<std::size_t> first_parameter_;  // per layer: its first parameter's index in parameters_
     std::vector<parameter<T>> parameters_;
     std::vector<buffer<T>> buffers_;
-    std::vector<xt::xtensor<T, 1>> outputs_;    // per layer: its output for max_batch samples
+    std::vector<xt::xtensor<T, 1>> outputs_;  // per layer: its output for max_batch samples
     xt::xtensor<T, 1> gradient_a_, gradient_b_, workspace_;
     std::size_t largest_activation_ = 0;
     const T* input_data_ = nullptr;

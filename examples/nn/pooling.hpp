@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "nn/layer.hpp"
 

@@ -9,9 +9,9 @@
 #include <xtensor/xtensor.hpp>
 
 #include <algorithm>
-#include <vector>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "nn/batch_norm.hpp"
 #include "nn/conv2d.hpp"
@@ -84,7 +84,7 @@ public:
     void backward(const T* x, const T* y, const T* dy, T* dx, const pass<T>& p) override {
         const std::size_t n = p.batch * out_.size();
         relu_backward(y, dy, g_.data(), n);  // g = dL/d(main + skip), shared by both branches
-        if (shortcut_) {  // the last parameters: finished first
+        if (shortcut_) {                     // the last parameters: finished first
             shortcut_bn_->backward(s1_.data(), s2_.data(), g_.data(), t_.data(), child_pass(p, 5));
             shortcut_->backward(x, s1_.data(), t_.data(), dx, child_pass(p, 4));
         }

@@ -8,9 +8,9 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
-#include <ctime>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <numbers>
 #include <optional>
 #include <string>
@@ -152,17 +152,19 @@ int main(int argc, char** argv) {
             train_cpu_seconds += cpu_seconds;
             trained += seen;
             last = nn::evaluate(m, test, norm);
-            std::printf("epoch %zu: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.1f s, %.0f samples/s, "
-                        "%.0f samples/cpu-s\n",
-                        epoch + 1, loss_sum / seen, correct / seen, last.loss, last.accuracy, seconds, seen / seconds,
-                        seen / cpu_seconds);
+            std::printf(
+                "epoch %zu: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.1f s, %.0f samples/s, "
+                "%.0f samples/cpu-s\n",
+                epoch + 1, loss_sum / seen, correct / seen, last.loss, last.accuracy, seconds, seen / seconds,
+                seen / cpu_seconds);
             std::fflush(stdout);
         }
-        std::printf("{\"model\": \"%s\", \"epochs\": %zu, \"batch_size\": %zu, \"lr\": %g, \"momentum\": %g, "
-                    "\"weight_decay\": %g, \"schedule\": \"%s\", \"blas_threads\": %zu, \"test_accuracy\": %.4f, "
-                    "\"train_seconds\": %.2f, \"samples_per_s\": %.0f, \"samples_per_cpu_s\": %.0f}\n",
-                    r.model.c_str(), r.epochs, r.batch, r.lr, r.momentum, r.weight_decay, r.schedule.c_str(), r.threads,
-                    last.accuracy, train_seconds, trained / train_seconds, trained / train_cpu_seconds);
+        std::printf(
+            "{\"model\": \"%s\", \"epochs\": %zu, \"batch_size\": %zu, \"lr\": %g, \"momentum\": %g, "
+            "\"weight_decay\": %g, \"schedule\": \"%s\", \"blas_threads\": %zu, \"test_accuracy\": %.4f, "
+            "\"train_seconds\": %.2f, \"samples_per_s\": %.0f, \"samples_per_cpu_s\": %.0f}\n",
+            r.model.c_str(), r.epochs, r.batch, r.lr, r.momentum, r.weight_decay, r.schedule.c_str(), r.threads,
+            last.accuracy, train_seconds, trained / train_seconds, trained / train_cpu_seconds);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "hitch-example-serial: %s\n", e.what());
         return 1;

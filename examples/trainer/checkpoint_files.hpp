@@ -36,8 +36,7 @@ inline std::string resume_problem(std::string_view flag, const std::filesystem::
     const auto found = checkpoint_files(prefix);
     const std::string head = std::string(flag) + " " + prefix.string() + ": ";
     const auto plural = [](int n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
-    if (found.empty())
-        return head + "no checkpoint files " + prefix.filename().string() + ".rank<r>-of-<p> found";
+    if (found.empty()) return head + "no checkpoint files " + prefix.filename().string() + ".rank<r>-of-<p> found";
     if (const auto it = found.find(ranks); it != found.end()) {
         for (int r = 0; r < ranks; ++r)
             if (!it->second.contains(r))

@@ -10,6 +10,7 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,7 +19,6 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -99,7 +99,8 @@ int agree_on_failure(bool mpi, int rank, int size, const std::string& program, F
     int first = size;
     MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (first == size) return 0;
-    if (first == rank) print_line(program, size > 1 && rank > 0 ? "rank " + std::to_string(rank) + ": " + message : message);
+    if (first == rank)
+        print_line(program, size > 1 && rank > 0 ? "rank " + std::to_string(rank) + ": " + message : message);
     MPI_Bcast(&status, 1, MPI_INT, first, MPI_COMM_WORLD);
     return status;
 }
@@ -114,7 +115,8 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
     CLI::App app{info.program + ": train an example model data-parallel with hitch"};
     add_options(app, config, info);
     std::vector<std::string> compare;
-    app.add_option("--plot-compare", compare, "Only draw --plot from these metrics files (no training)")->check(CLI::ExistingFile);
+    app.add_option("--plot-compare", compare, "Only draw --plot from these metrics files (no training)")
+        ->check(CLI::ExistingFile);
     const bool speaks = launcher_rank() == 0;  // every rank finds the same mistake on the command line
     try {
         app.parse(argc, argv);
@@ -169,11 +171,12 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
 
     try {
         if (world_rank == 0)
-            std::printf("%s: %s on %d %s, %zu training and %zu test samples, optimizer %s, compressor %s, sync %s, "
-                        "all-reduce %s, BLAS kernels %s\n",
-                        info.program.c_str(), config.model.c_str(), world_size, on_threads ? "threads" : "MPI ranks",
-                        t.train->size(), t.test->size(), config.optimizer.c_str(), config.compressor.c_str(),
-                        config.sync.c_str(), config.allreduce.c_str(), nn::blas_core().c_str());
+            std::printf(
+                "%s: %s on %d %s, %zu training and %zu test samples, optimizer %s, compressor %s, sync %s, "
+                "all-reduce %s, BLAS kernels %s\n",
+                info.program.c_str(), config.model.c_str(), world_size, on_threads ? "threads" : "MPI ranks",
+                t.train->size(), t.test->size(), config.optimizer.c_str(), config.compressor.c_str(),
+                config.sync.c_str(), config.allreduce.c_str(), nn::blas_core().c_str());
         train_result result;
         if (on_threads) {
             result = hitch::comm::run_local(config.threads, [&](hitch::comm::local& comm) {
@@ -194,7 +197,8 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
             std::fflush(stdout);
         }
     } catch (const std::exception& e) {
-        detail::print_line(info.program, on_threads ? e.what() : "rank " + std::to_string(world_rank) + ": " + e.what());
+        detail::print_line(info.program,
+                           on_threads ? e.what() : "rank " + std::to_string(world_rank) + ": " + e.what());
         if (!on_threads && world_size > 1) {
             // MPI_Abort ends the launcher's readers of this process's output with it: give them a moment.
             std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -3,25 +3,25 @@
 // sgd: instantiate_sgd.cpp), and local SGD with no compressor, over comm::local and comm::mpi. One optimizer per
 // .cpp file so the build runs them in parallel.
 
-#include "hitch/comm/local.hpp"
 #include "hitch/allreduce/native.hpp"
+#include "hitch/comm/local.hpp"
 #include "hitch/comm/mpi.hpp"
 #include "train_impl.hpp"
 
-#define HITCH_EXAMPLE_TRAIN_WITH(O, X, P)                                                                      \
-    template train_result train_with<O, X, P, hitch::comm::local>(hitch::comm::local&, const train_config&,  \
-                                                                   const task&);                              \
+#define HITCH_EXAMPLE_TRAIN_WITH(O, X, P)                                                                   \
+    template train_result train_with<O, X, P, hitch::comm::local>(hitch::comm::local&, const train_config&, \
+                                                                  const task&);                             \
     template train_result train_with<O, X, P, hitch::comm::mpi>(hitch::comm::mpi&, const train_config&, const task&);
 
-#define HITCH_EXAMPLE_TRAIN_WITH_OPTIMIZER(O)                                                              \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::none, hitch::sync::local_sgd)                             \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::none, hitch::sync::hard)                                  \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::fp16, hitch::sync::hard)                                  \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::bf16, hitch::sync::hard)                                  \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::onebit>, hitch::sync::hard) \
+#define HITCH_EXAMPLE_TRAIN_WITH_OPTIMIZER(O)                                                                   \
+    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::none, hitch::sync::local_sgd)                                  \
+    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::none, hitch::sync::hard)                                       \
+    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::fp16, hitch::sync::hard)                                       \
+    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::bf16, hitch::sync::hard)                                       \
+    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::onebit>, hitch::sync::hard)    \
     HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::threshold>, hitch::sync::hard) \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::topk>, hitch::sync::hard)   \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::randomk>, hitch::sync::hard) \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::qsgd, hitch::sync::hard)                                  \
-    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::terngrad, hitch::sync::hard)                              \
+    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::topk>, hitch::sync::hard)      \
+    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::error_feedback<hitch::compress::randomk>, hitch::sync::hard)   \
+    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::qsgd, hitch::sync::hard)                                       \
+    HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::terngrad, hitch::sync::hard)                                   \
     HITCH_EXAMPLE_TRAIN_WITH(O, hitch::compress::powersgd, hitch::sync::hard)

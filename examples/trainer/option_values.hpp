@@ -73,7 +73,8 @@ T parse_whole(std::string_view flag, std::string_view text, T min, T max) {
     };
     const std::string accepted = max == std::numeric_limits<T>::max() ? ">= " + std::to_string(min) : range;
     double real = 0;
-    if (!detail::read_real(t, real)) throw usage_error(std::string(flag) + ": '" + detail::shown(t) + "' is not a number");
+    if (!detail::read_real(t, real))
+        throw usage_error(std::string(flag) + ": '" + detail::shown(t) + "' is not a number");
     const bool negative = t.front() == '-';
     const std::string_view digits = t.front() == '+' || negative ? t.substr(1) : t;
     if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos)
@@ -110,9 +111,10 @@ struct real_range {
 inline double parse_finite(std::string_view flag, std::string_view text, real_range range) {
     const std::string_view t = detail::trimmed(text);
     double value = 0;
-    if (!detail::read_real(t, value)) throw usage_error(std::string(flag) + ": '" + detail::shown(t) + "' is not a number");
-    const bool inside = std::isfinite(value) && (range.min_open ? value > range.min : value >= range.min) &&
-                        value <= range.max;
+    if (!detail::read_real(t, value))
+        throw usage_error(std::string(flag) + ": '" + detail::shown(t) + "' is not a number");
+    const bool inside =
+        std::isfinite(value) && (range.min_open ? value > range.min : value >= range.min) && value <= range.max;
     if (!inside)
         throw usage_error(std::string(flag) + " must be a finite number " + range.text() + ", got " + detail::shown(t));
     return value;

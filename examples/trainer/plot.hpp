@@ -47,7 +47,8 @@ inline void plot_metrics(const std::vector<std::string>& metrics_files, const st
                 smoothed = first ? l : 0.98 * smoothed + 0.02 * l;
                 first = false;
             }
-            const double epoch = static_cast<double>(r["step"].get<std::uint64_t>() + 1) / static_cast<double>(per_epoch);
+            const double epoch =
+                static_cast<double>(r["step"].get<std::uint64_t>() + 1) / static_cast<double>(per_epoch);
             out << r.value("elapsed_s", 0.0) << ' ' << epoch << ' '
                 << (r["loss"].is_null() ? std::string("NaN") : std::to_string(r["loss"].get<double>())) << ' '
                 << (r["accuracy"].is_null() ? std::string("NaN") : std::to_string(r["accuracy"].get<double>())) << ' '

@@ -35,7 +35,8 @@ public:
             if (now - last_ < std::chrono::milliseconds(100) && step + 1 != steps_per_epoch_) return;
             last_ = now;
             constexpr int width = 24;
-            const int filled = static_cast<int>(width * static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_));
+            const int filled =
+                static_cast<int>(width * static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_));
             std::string bar(static_cast<std::size_t>(filled), '#');
             bar.resize(width, '.');
             std::printf("\repoch %zu/%zu [%s] loss %.4f acc %.4f  %.0f samples/s  ETA %s   ", epoch + 1, epochs_,

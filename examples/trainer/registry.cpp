@@ -27,8 +27,10 @@ void check_combination(const train_config& c, int ranks) {
         throw usage_error("--sync local_sgd averages parameters, not gradients; it takes --compressor none (got '" +
                           c.compressor + "')");
     if (c.compressor == "dgc" && c.optimizer != "sgd" && c.optimizer != "momentum" && c.optimizer != "nesterov")
-        throw usage_error("--compressor dgc applies momentum itself (momentum correction, Lin et al. 2018); it takes "
-                          "--optimizer sgd, momentum or nesterov (got '" + c.optimizer + "')");
+        throw usage_error(
+            "--compressor dgc applies momentum itself (momentum correction, Lin et al. 2018); it takes "
+            "--optimizer sgd, momentum or nesterov (got '" +
+            c.optimizer + "')");
     if (c.threads > 0 && c.allreduce == "native") throw usage_error(std::string(schedule_by_name::native_needs_mpi));
     if (ranks > 0 && c.batch_size % static_cast<std::size_t>(ranks) != 0)
         throw usage_error("--batch-size " + std::to_string(c.batch_size) + " does not split evenly over " +

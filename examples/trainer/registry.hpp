@@ -39,7 +39,8 @@ struct tag {
 };
 
 /// Throws usage_error: "--flag: 'x' is not one of a, b, c".
-[[noreturn]] inline void unknown_name(std::string_view flag, std::string_view name, const std::vector<std::string>& valid) {
+[[noreturn]] inline void unknown_name(std::string_view flag, std::string_view name,
+                                      const std::vector<std::string>& valid) {
     throw usage_error(not_one_of(flag, name, valid));
 }
 

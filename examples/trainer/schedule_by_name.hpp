@@ -44,23 +44,32 @@ public:
         o.validate();
         namespace ar = hitch::allreduce;
         const std::string& s = o.schedule;
-        if (s == "ring") held_ = ar::ring{};
-        else if (s == "recursive_doubling") held_ = ar::recursive_doubling{};
-        else if (s == "rabenseifner") held_ = ar::rabenseifner{};
-        else if (s == "binary_tree") held_ = ar::binary_tree{};
-        else if (s == "double_binary_tree") held_ = ar::double_binary_tree{};
-        else if (s == "hierarchical") held_ = ar::hierarchical<>{};
-        else if (s == "parameter_server") held_ = ar::parameter_server{};
-        else if (s == "native") held_ = ar::native{};
-        else held_ = ar::automatic{};
+        if (s == "ring")
+            held_ = ar::ring{};
+        else if (s == "recursive_doubling")
+            held_ = ar::recursive_doubling{};
+        else if (s == "rabenseifner")
+            held_ = ar::rabenseifner{};
+        else if (s == "binary_tree")
+            held_ = ar::binary_tree{};
+        else if (s == "double_binary_tree")
+            held_ = ar::double_binary_tree{};
+        else if (s == "hierarchical")
+            held_ = ar::hierarchical<>{};
+        else if (s == "parameter_server")
+            held_ = ar::parameter_server{};
+        else if (s == "native")
+            held_ = ar::native{};
+        else
+            held_ = ar::automatic{};
     }
 
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     /// Every name --allreduce accepts.
     [[nodiscard]] static std::vector<std::string> names() {
-        return {"automatic", "ring", "recursive_doubling", "rabenseifner", "binary_tree", "double_binary_tree",
-                "hierarchical", "parameter_server", "native"};
+        return {"automatic",          "ring",         "recursive_doubling", "rabenseifner", "binary_tree",
+                "double_binary_tree", "hierarchical", "parameter_server",   "native"};
     }
     /// The schedules that ran on more than one rank, in the order of their first run (copies share the record).
     [[nodiscard]] std::vector<std::string> used() const {

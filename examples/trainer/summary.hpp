@@ -15,9 +15,12 @@ namespace hitch_examples {
 /// The tier of instruction set that hitch's run-time dispatch picked for the codec kernels on this processor.
 inline std::string_view kernel_isa() {
     switch (hitch::compress::detail::best_isa()) {
-        case hitch::compress::detail::isa::avx512: return "avx512";
-        case hitch::compress::detail::isa::avx2: return "avx2";
-        case hitch::compress::detail::isa::baseline: break;
+        case hitch::compress::detail::isa::avx512:
+            return "avx512";
+        case hitch::compress::detail::isa::avx2:
+            return "avx2";
+        case hitch::compress::detail::isa::baseline:
+            break;
     }
     return "baseline";
 }

@@ -26,7 +26,7 @@ struct train_config {
     std::string lr_schedule = "cosine";
     std::size_t batch_size = 128;  // global: split evenly over the ranks
     std::size_t epochs = 10;
-    double lr = 0.1;               // for the global batch
+    double lr = 0.1;  // for the global batch
     double warmup_epochs = 0.0;
     double momentum = 0.9;
     double weight_decay = 5e-4;
@@ -34,7 +34,7 @@ struct train_config {
     std::uint64_t seed = 1;
     // compressors and sync policies
     double density = 0.01;
-    double threshold_tau = 0.1;   // Fashion-MNIST MLP sweep 1e-4 .. 0.4: best near 0.1-0.2 (docs/benchmarks.md)
+    double threshold_tau = 0.1;      // Fashion-MNIST MLP sweep 1e-4 .. 0.4: best near 0.1-0.2 (docs/benchmarks.md)
     std::size_t onebit_group = 512;  // elements per pair of reconstruction values (Seide et al.: one per column)
     unsigned qsgd_levels = 7;
     double terngrad_clip = 2.5;  // TernGrad's gradient clipping at c standard deviations (the paper: 2.5)

@@ -16,8 +16,8 @@
 
 #include "data/sampler.hpp"
 #include "hitch/allreduce/allreduce.hpp"
-#include "hitch/compress/aggregate.hpp"
 #include "hitch/comm/agree.hpp"
+#include "hitch/compress/aggregate.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/lr.hpp"
 #include "hitch/train/data_parallel.hpp"
@@ -116,8 +116,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     for (const auto& prm : model.parameters())
         layers.push_back({prm.name, hitch::tensor_view<float>(prm.value.data(), prm.value.size()),
                           hitch::tensor_view<float>(prm.gradient.data(), prm.gradient.size()),
-                          prm.is_bias_or_norm ? hitch::layer_flags::bias_or_norm() : hitch::layer_flags{},
-                          prm.rows});
+                          prm.is_bias_or_norm ? hitch::layer_flags::bias_or_norm() : hitch::layer_flags{}, prm.rows});
 
     hitch::train::timeline timeline(rank, !config.timeline.empty());
     typename dp_t::options o;
@@ -162,7 +161,8 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     std::ofstream metrics_file;
     if (!config.metrics.empty()) {
         metrics_file.open(detail::per_rank(config.metrics, rank), first_epoch > 0 ? std::ios::app : std::ios::trunc);
-        if (!metrics_file) throw std::runtime_error("--metrics: cannot write " + detail::per_rank(config.metrics, rank));
+        if (!metrics_file)
+            throw std::runtime_error("--metrics: cannot write " + detail::per_rank(config.metrics, rank));
     }
     hitch::train::metrics_writer metrics(metrics_file);
     progress bar(rank == 0, config.progress_bar, config.epochs, steps_per_epoch);

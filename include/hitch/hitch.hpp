@@ -6,9 +6,9 @@
 // backends.
 
 #include "hitch/core/binary.hpp"
-#include "hitch/core/crc32c.hpp"
 #include "hitch/core/clock.hpp"
 #include "hitch/core/cost.hpp"
+#include "hitch/core/crc32c.hpp"
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"

@@ -90,14 +90,17 @@ TEST_CASE("different reduce ops, schedules, roots and operations", "[allreduce][
     all_equal(mismatch_messages(3,
                                 [](group<local>& g, int rank) {
                                     std::vector<hitch::half> v(8);
-                                    allreduce<binary_tree>(g, hitch::view(v), rank == 2 ? reduce_op::max : reduce_op::sum);
+                                    allreduce<binary_tree>(g, hitch::view(v),
+                                                           rank == 2 ? reduce_op::max : reduce_op::sum);
                                 }),
               "allreduce #0: rank 0 has 8 x half sum, rank 1 has 8 x half sum, rank 2 has 8 x half max");
     all_equal(mismatch_messages(2,
                                 [](group<local>& g, int rank) {
                                     std::vector<float> v(8);
-                                    if (rank == 0) allreduce<ring>(g, hitch::view(v));
-                                    else allreduce<binary_tree>(g, hitch::view(v));
+                                    if (rank == 0)
+                                        allreduce<ring>(g, hitch::view(v));
+                                    else
+                                        allreduce<binary_tree>(g, hitch::view(v));
                                 }),
               "allreduce #0: rank 0 has 8 x float (ring), rank 1 has 8 x float (binary_tree)");
     all_equal(mismatch_messages(2,
@@ -108,8 +111,10 @@ TEST_CASE("different reduce ops, schedules, roots and operations", "[allreduce][
               "broadcast #0: rank 0 has 8 x float root 0, rank 1 has 8 x float root 1");
     const auto ops = mismatch_messages(2, [](group<local>& g, int rank) {
         std::vector<float> v(8);
-        if (rank == 0) allgather(g, hitch::view(v));
-        else (void)reduce_scatter(g, hitch::view(v));
+        if (rank == 0)
+            allgather(g, hitch::view(v));
+        else
+            (void)reduce_scatter(g, hitch::view(v));
     });
     // each rank names its own call first
     CHECK(ops[0] == "allgather #0: rank 0 has allgather of 8 x float, rank 1 has reduce_scatter of 8 x float");
@@ -139,7 +144,8 @@ TEST_CASE("a mismatch in a non-blocking call surfaces from wait() on every rank"
         h1.wait();
         h2.wait();
     });
-    all_equal(messages, "allreduce #1: rank 0 has 8 x float, rank 1 has 8 x float, rank 2 has 8 x float, rank 3 has 7 x float");
+    all_equal(messages,
+              "allreduce #1: rank 0 has 8 x float, rank 1 has 8 x float, rank 2 has 8 x float, rank 3 has 7 x float");
 }
 
 TEST_CASE("a fingerprint is checked with the rest", "[allreduce][agreement]") {

@@ -105,7 +105,8 @@ TEST_CASE("a calibration budget too small still gives a valid choice, the same o
             std::vector<float> big((std::size_t{17} << 20) / sizeof(float), 1.0f);
             allreduce(g, hitch::view(big), reduce_op::sum, a);
             expect(all_equal(big, 3.0f), "a call larger than every probe reduces");
-            expect(automatic::measured_profile(g.state()) == first, "a budget that stopped the probes stops later ones");
+            expect(automatic::measured_profile(g.state()) == first,
+                   "a budget that stopped the probes stops later ones");
             return outcome{*first, *g.constants()};
         });
         for (const auto& r : all) {

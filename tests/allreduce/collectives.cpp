@@ -57,7 +57,9 @@ TEST_CASE("allgather in place and into a buffer, any element type", "[allreduce]
                     group g(c);
                     call_options o;
                     o.shared_memory = direct;
-                    const auto value = [](int r, std::size_t i) { return static_cast<std::int32_t>(r * 1000003 + static_cast<int>(i)); };
+                    const auto value = [](int r, std::size_t i) {
+                        return static_cast<std::int32_t>(r * 1000003 + static_cast<int>(i));
+                    };
                     // into a buffer
                     std::vector<std::int32_t> mine(m), all(m * static_cast<std::size_t>(p), -1);
                     for (std::size_t i = 0; i < m; ++i) mine[i] = value(c.rank(), i);
@@ -69,9 +71,11 @@ TEST_CASE("allgather in place and into a buffer, any element type", "[allreduce]
                     const std::size_t n = m * 3 + 2;
                     std::vector<double> data(n, -1.0);
                     const block b = partition(n, p, c.rank());
-                    for (std::size_t i = 0; i < b.count; ++i) data[b.offset + i] = 0.5 * static_cast<double>(b.offset + i);
+                    for (std::size_t i = 0; i < b.count; ++i)
+                        data[b.offset + i] = 0.5 * static_cast<double>(b.offset + i);
                     allgather(g, hitch::view(data), o);
-                    for (std::size_t i = 0; i < n; ++i) expect(data[i] == 0.5 * static_cast<double>(i), "allgather in place");
+                    for (std::size_t i = 0; i < n; ++i)
+                        expect(data[i] == 0.5 * static_cast<double>(i), "allgather in place");
                 }));
             }
 }
@@ -84,17 +88,21 @@ TEST_CASE("allgather_bytes gathers blobs of different sizes, empty ones included
                 group g(c);
                 call_options o;
                 o.shared_memory = direct;
-                const auto blob_size = [](int r, int round) { return static_cast<std::size_t>((r * 7919 + round * 104729) % 5000) * (r % 3 == 1 ? 0 : 1); };
+                const auto blob_size = [](int r, int round) {
+                    return static_cast<std::size_t>((r * 7919 + round * 104729) % 5000) * (r % 3 == 1 ? 0 : 1);
+                };
                 for (int round = 0; round < 3; ++round) {
                     std::vector<std::byte> mine(blob_size(c.rank(), round));
-                    for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<std::byte>((c.rank() * 31 + static_cast<int>(i) + round) & 0xff);
+                    for (std::size_t i = 0; i < mine.size(); ++i)
+                        mine[i] = static_cast<std::byte>((c.rank() * 31 + static_cast<int>(i) + round) & 0xff);
                     const byte_blocks all = allgather_bytes(g, std::span<const std::byte>(mine), o);
                     expect(all.ranks() == p, "one blob per rank");
                     for (int r = 0; r < p; ++r) {
                         const auto blob = all.blob(r);
                         expect(blob.size() == blob_size(r, round), "blob size of rank " + std::to_string(r));
                         for (std::size_t i = 0; i < blob.size(); ++i)
-                            expect(blob[i] == static_cast<std::byte>((r * 31 + static_cast<int>(i) + round) & 0xff), "blob bytes");
+                            expect(blob[i] == static_cast<std::byte>((r * 31 + static_cast<int>(i) + round) & 0xff),
+                                   "blob bytes");
                     }
                 }
                 // the non-blocking form
@@ -124,29 +132,37 @@ TEST_CASE("broadcast and reduce with every root, tree and chain", "[allreduce][c
                     for (int root = 0; root < p; ++root) {
                         std::vector<std::uint16_t> words(n, 0);
                         if (c.rank() == root)
-                            for (std::size_t i = 0; i < n; ++i) words[i] = static_cast<std::uint16_t>(i * 3 + static_cast<std::size_t>(root));
+                            for (std::size_t i = 0; i < n; ++i)
+                                words[i] = static_cast<std::uint16_t>(i * 3 + static_cast<std::size_t>(root));
                         std::vector<hitch::bfloat16> b16(n, hitch::bfloat16(-1.0f));
                         if (c.rank() == root)
                             for (std::size_t i = 0; i < n; ++i) b16[i] = hitch::bfloat16(static_cast<float>(i % 50));
                         std::vector<std::uint8_t> raw(n);
-                        for (std::size_t i = 0; i < n; ++i) raw[i] = static_cast<std::uint8_t>(c.rank() == root ? i : 0);
+                        for (std::size_t i = 0; i < n; ++i)
+                            raw[i] = static_cast<std::uint8_t>(c.rank() == root ? i : 0);
                         broadcast(g, hitch::view(b16), root, binary_tree(small_tree), o);
                         broadcast(g, hitch::view(raw), root, ring(small_chain), o);
                         std::vector<float> words_as_float(n);  // broadcast a float buffer with the default tree
-                        for (std::size_t i = 0; i < n; ++i) words_as_float[i] = c.rank() == root ? static_cast<float>(words[i]) : 0.0f;
+                        for (std::size_t i = 0; i < n; ++i)
+                            words_as_float[i] = c.rank() == root ? static_cast<float>(words[i]) : 0.0f;
                         broadcast(g, hitch::view(words_as_float), root);
                         for (std::size_t i = 0; i < n; ++i) {
                             expect(static_cast<float>(b16[i]) == static_cast<float>(i % 50), "tree broadcast");
                             expect(raw[i] == static_cast<std::uint8_t>(i), "chain broadcast");
-                            expect(words_as_float[i] == static_cast<float>(i * 3 + static_cast<std::size_t>(root)), "default broadcast");
+                            expect(words_as_float[i] == static_cast<float>(i * 3 + static_cast<std::size_t>(root)),
+                                   "default broadcast");
                         }
                         for (int variant = 0; variant < 2; ++variant) {
                             auto data = hitch_test::make_input<float>(c.rank(), n, exact<float>(5));
                             const auto before = data;
-                            if (variant == 0) reduce(g, hitch::view(data), reduce_op::average, root, binary_tree(small_tree), o);
-                            else reduce(g, hitch::view(data), reduce_op::average, root, ring(small_chain), o);
-                            if (c.rank() == root) expect(data == want, "reduce result on the root");
-                            else expect(data == before, "reduce leaves the other ranks' data as it was");
+                            if (variant == 0)
+                                reduce(g, hitch::view(data), reduce_op::average, root, binary_tree(small_tree), o);
+                            else
+                                reduce(g, hitch::view(data), reduce_op::average, root, ring(small_chain), o);
+                            if (c.rank() == root)
+                                expect(data == want, "reduce result on the root");
+                            else
+                                expect(data == before, "reduce leaves the other ranks' data as it was");
                         }
                     }
                 }));
@@ -162,12 +178,18 @@ TEST_CASE("non-blocking collectives run in issue order and overlap the caller", 
             std::vector<std::vector<float>> buffers(calls);
             std::vector<handle> handles;
             for (int k = 0; k < calls; ++k) {
-                buffers[static_cast<std::size_t>(k)].assign(static_cast<std::size_t>(1 + 997 * k), static_cast<float>(c.rank() + k));
+                buffers[static_cast<std::size_t>(k)].assign(static_cast<std::size_t>(1 + 997 * k),
+                                                            static_cast<float>(c.rank() + k));
                 const reduce_op op = k % 3 == 0 ? reduce_op::max : reduce_op::sum;
-                if (k % 4 == 1) handles.push_back(allreduce_async<ring>(g, hitch::view(buffers[static_cast<std::size_t>(k)]), op));
-                else if (k % 4 == 2) handles.push_back(allreduce_async<binary_tree>(g, hitch::view(buffers[static_cast<std::size_t>(k)]), op));
-                else handles.push_back(allreduce_async(g, hitch::view(buffers[static_cast<std::size_t>(k)]), op));
-                expect(handles.back().sequence() == static_cast<std::uint64_t>(k), "sequence numbers follow issue order");
+                if (k % 4 == 1)
+                    handles.push_back(allreduce_async<ring>(g, hitch::view(buffers[static_cast<std::size_t>(k)]), op));
+                else if (k % 4 == 2)
+                    handles.push_back(
+                        allreduce_async<binary_tree>(g, hitch::view(buffers[static_cast<std::size_t>(k)]), op));
+                else
+                    handles.push_back(allreduce_async(g, hitch::view(buffers[static_cast<std::size_t>(k)]), op));
+                expect(handles.back().sequence() == static_cast<std::uint64_t>(k),
+                       "sequence numbers follow issue order");
             }
             // a blocking call issued after them runs after them
             std::vector<double> last(10, 1.0);
@@ -181,7 +203,8 @@ TEST_CASE("non-blocking collectives run in issue order and overlap the caller", 
                     max = std::max(max, static_cast<float>(r + k));
                 }
                 const float want = k % 3 == 0 ? max : sum;
-                for (float v : buffers[static_cast<std::size_t>(k)]) expect(v == want, "async result " + std::to_string(k));
+                for (float v : buffers[static_cast<std::size_t>(k)])
+                    expect(v == want, "async result " + std::to_string(k));
             }
             expect(g.calls() == calls + 1, "calls counted");
             // test() polls without blocking; a finished handle reports true and can be waited again
@@ -208,8 +231,10 @@ TEST_CASE("a rank that never arrives is a timeout naming the call, not a hang", 
                     group g(c);
                     std::vector<float> v(1000, 1.0f);
                     if (c.rank() == 2) return;  // never calls
-                    if (async) allreduce_async<ring>(g, hitch::view(v)).wait();
-                    else allreduce<ring>(g, hitch::view(v));
+                    if (async)
+                        allreduce_async<ring>(g, hitch::view(v)).wait();
+                    else
+                        allreduce<ring>(g, hitch::view(v));
                 },
                 options);
         } catch (const hitch::timeout_error& e) {
@@ -237,12 +262,34 @@ TEST_CASE("bad arguments are config_error before anything is sent", "[allreduce]
         expect(config([&] { allreduce(g, hitch::view(v), static_cast<reduce_op>(9)); }), "bad op");
         expect(config([&] { broadcast(g, hitch::view(v), 2); }), "root out of range");
         expect(config([&] { reduce(g, hitch::view(v), reduce_op::sum, -1); }), "negative root");
-        expect(config([&] { allgather(g, hitch::tensor_view<const float>(v.data(), 10), hitch::view(all)); }), "allgather size");
-        expect(config([&] { allreduce(g, hitch::tensor_view<float>(v.data(), 10, hitch::memory_space::cuda)); }), "device memory");
-        expect(config([&] { ring::options_type o; o.segment_bytes = 1; ring{o}; }), "ring segment too small");
-        expect(config([&] { parameter_server::options_type o; o.servers = 0; parameter_server{o}; }), "no servers");
-        expect(config([&] { call_options o; o.timeout_s = -1; allreduce(g, hitch::view(v), reduce_op::sum, ring{}, o); }), "timeout");
-        expect(config([&] { cost_constants k; k.alpha_s = -1; g.set_constants(k); }), "negative alpha");
+        expect(config([&] { allgather(g, hitch::tensor_view<const float>(v.data(), 10), hitch::view(all)); }),
+               "allgather size");
+        expect(config([&] { allreduce(g, hitch::tensor_view<float>(v.data(), 10, hitch::memory_space::cuda)); }),
+               "device memory");
+        expect(config([&] {
+                   ring::options_type o;
+                   o.segment_bytes = 1;
+                   ring{o};
+               }),
+               "ring segment too small");
+        expect(config([&] {
+                   parameter_server::options_type o;
+                   o.servers = 0;
+                   parameter_server{o};
+               }),
+               "no servers");
+        expect(config([&] {
+                   call_options o;
+                   o.timeout_s = -1;
+                   allreduce(g, hitch::view(v), reduce_op::sum, ring{}, o);
+               }),
+               "timeout");
+        expect(config([&] {
+                   cost_constants k;
+                   k.alpha_s = -1;
+                   g.set_constants(k);
+               }),
+               "negative alpha");
         // nothing was issued by the failed calls: the group still works
         allreduce<ring>(g, hitch::view(v));
         expect(g.calls() == 1, "rejected calls take no sequence number");

@@ -21,9 +21,18 @@ std::vector<half> sample(std::size_t n, unsigned seed) {
     std::uniform_int_distribution<int> bits(0, 0xffff);
     std::vector<half> v(n);
     for (auto& x : v) x = std::bit_cast<half>(static_cast<std::uint16_t>(bits(rng)));  // every class of value
-    const float special[] = {0.0f, -0.0f, 65504.0f, -65504.0f, 6.1e-5f, 5.96e-8f, -5.96e-8f,
-                             std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                             std::numeric_limits<float>::quiet_NaN(), 32768.0f, 1.0f};
+    const float special[] = {0.0f,
+                             -0.0f,
+                             65504.0f,
+                             -65504.0f,
+                             6.1e-5f,
+                             5.96e-8f,
+                             -5.96e-8f,
+                             std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity(),
+                             std::numeric_limits<float>::quiet_NaN(),
+                             32768.0f,
+                             1.0f};
     for (std::size_t i = 0; i < std::size(special) && i < n; ++i) v[i * 7 % n] = half(special[i]);
     return v;
 }

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "hitch/allreduce/allreduce.hpp"
-#include "hitch/comm/local.hpp"
 #include "hitch/allreduce/schedule.hpp"
+#include "hitch/comm/local.hpp"
 #ifdef HITCH_TEST_HAVE_MPI
 #include "hitch/allreduce/native.hpp"
 #include "hitch/comm/mpi.hpp"
@@ -131,7 +131,8 @@ TEST_CASE("a schedule written outside hitch runs through allreduce<S>()", "[allr
                 return data;
             });
             for (const auto& r : results)
-                CHECK(hitch_test::first_difference(std::span<const hitch::half>(r), std::span<const hitch::half>(want)) == -1);
+                CHECK(hitch_test::first_difference(std::span<const hitch::half>(r),
+                                                   std::span<const hitch::half>(want)) == -1);
         }
 }
 

@@ -4,8 +4,8 @@
 // (identical on every rank) or set by the user.
 #include <catch2/catch.hpp>
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -131,7 +131,8 @@ TEST_CASE("the cost coefficients are the published formulas", "[allreduce][cost]
             CHECK(b.reduced_bytes == Approx((p - 1.0) / p * n));
             // seconds() weighs the three terms
             const cost_constants w{1e-6, 1e-9, 1e-10, -1, -1};
-            CHECK(r.seconds(w) == Approx(2.0 * (p - 1) * 1e-6 + 2.0 * (p - 1) / p * n * 1e-9 + (p - 1.0) / p * n * 1e-10));
+            CHECK(r.seconds(w) ==
+                  Approx(2.0 * (p - 1) * 1e-6 + 2.0 * (p - 1) / p * n * 1e-9 + (p - 1.0) / p * n * 1e-10));
         }
     }
     // the fold for world sizes that are not powers of two: two more steps and one more reduction
@@ -154,8 +155,10 @@ TEST_CASE("automatic follows the model: recursive doubling for small buffers, ba
     for (int p : {2, 3, 5, 8})
         for (std::size_t n : {std::size_t{256}, std::size_t{1} << 16, std::size_t{1} << 24}) {
             const double chosen = a.cost(p, n, cluster).seconds(cluster);
-            for (double other : {ring{}.cost(p, n, cluster).seconds(cluster), recursive_doubling{}.cost(p, n, cluster).seconds(cluster),
-                                 rabenseifner{}.cost(p, n, cluster).seconds(cluster), binary_tree{}.cost(p, n, cluster).seconds(cluster),
+            for (double other : {ring{}.cost(p, n, cluster).seconds(cluster),
+                                 recursive_doubling{}.cost(p, n, cluster).seconds(cluster),
+                                 rabenseifner{}.cost(p, n, cluster).seconds(cluster),
+                                 binary_tree{}.cost(p, n, cluster).seconds(cluster),
                                  double_binary_tree{}.cost(p, n, cluster).seconds(cluster)})
                 CHECK(chosen <= other);
         }
@@ -178,15 +181,18 @@ TEST_CASE("automatic times larger probes once a call outgrows the first ones, th
         std::vector<float> small(1000, 1.0f);
         allreduce(g, hitch::view(small), reduce_op::sum, a);
         const auto first = automatic::measured_profile(g.state());
-        expect(first != nullptr && first->measured == automatic_profile::first_probes, "the first call measures up to 16 MiB");
+        expect(first != nullptr && first->measured == automatic_profile::first_probes,
+               "the first call measures up to 16 MiB");
         std::vector<float> big((std::size_t{20} << 20) / sizeof(float), 1.0f);
         allreduce(g, hitch::view(big), reduce_op::sum, a);
         const auto longer = automatic::measured_profile(g.state());
-        expect(longer != first && longer->measured == automatic_profile::first_probes + 1, "a 20 MiB call adds the 64 MiB probe");
+        expect(longer != first && longer->measured == automatic_profile::first_probes + 1,
+               "a 20 MiB call adds the 64 MiB probe");
         for (int i = 0; i < automatic_profile::first_probes; ++i)
             for (std::size_t k = 0; k < automatic_profile::candidates; ++k)
-                expect(longer->seconds[k][static_cast<std::size_t>(i)] == first->seconds[k][static_cast<std::size_t>(i)],
-                       "the earlier probes are kept");
+                expect(
+                    longer->seconds[k][static_cast<std::size_t>(i)] == first->seconds[k][static_cast<std::size_t>(i)],
+                    "the earlier probes are kept");
         expect(longer->seconds[0][automatic_profile::first_probes] > 0, "the new probe is timed");
         allreduce(g, hitch::view(big), reduce_op::sum, a);
         expect(automatic::measured_profile(g.state()) == longer, "measured once");
@@ -225,7 +231,7 @@ TEST_CASE("automatic measures the constants once, the same on every rank, and ru
         }
     }
     // User constants override, and automatic then sends exactly what its pick's model says.
-    const cost_constants latency_bound{1.0, 1e-12, 1e-12, -1, -1};  // every round costs a second: fewest rounds wins
+    const cost_constants latency_bound{1.0, 1e-12, 1e-12, -1, -1};    // every round costs a second: fewest rounds wins
     const cost_constants bandwidth_bound{1e-9, 1e-6, 1e-12, -1, -1};  // every byte costs a microsecond
     const std::size_t n = 8 * 1024;
     const auto per_rank = run_local(8, [&](local& c) {
@@ -251,9 +257,10 @@ TEST_CASE("automatic measures the constants once, the same on every rank, and ru
     CHECK(a.choose(8, bytes, latency_bound) == recursive_doubling::name);
     const std::string_view wide = a.choose(8, bytes, bandwidth_bound);
     CHECK(wide != recursive_doubling::name);
-    const double wide_messages = wide == ring::name           ? ring{}.cost(8, bytes, bandwidth_bound).sent_messages
-                                 : wide == rabenseifner::name ? rabenseifner{}.cost(8, bytes, bandwidth_bound).sent_messages
-                                                              : parameter_server({.servers = 8}).cost(8, bytes, bandwidth_bound).sent_messages;
+    const double wide_messages = wide == ring::name ? ring{}.cost(8, bytes, bandwidth_bound).sent_messages
+                                 : wide == rabenseifner::name
+                                     ? rabenseifner{}.cost(8, bytes, bandwidth_bound).sent_messages
+                                     : parameter_server({.servers = 8}).cost(8, bytes, bandwidth_bound).sent_messages;
     CHECK(wide_messages != recursive_doubling{}.cost(8, bytes, latency_bound).sent_messages);
     for (const auto& m : per_rank) {
         CHECK(static_cast<double>(m[0]) == recursive_doubling{}.cost(8, bytes, latency_bound).sent_messages);

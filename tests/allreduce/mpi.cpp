@@ -1,7 +1,7 @@
 // The schedules and collectives over comm::mpi under mpiexec (2, 3 and 4 ranks): every schedule, native included,
-// on the staged path (the ranks share a node) and a selection on the message path, against the serial reference and against MPI's own MPI_Allreduce; identical bytes on every rank (compared with
-// MPI_Bcast of rank 0's result); mismatches reported on every rank; the non-blocking forms, the fusion buffer and
-// allgather_bytes across processes.
+// on the staged path (the ranks share a node) and a selection on the message path, against the serial reference and
+// against MPI's own MPI_Allreduce; identical bytes on every rank (compared with MPI_Bcast of rank 0's result);
+// mismatches reported on every rank; the non-blocking forms, the fusion buffer and allgather_bytes across processes.
 #include <catch2/catch.hpp>
 
 #include <mpi.h>
@@ -39,8 +39,8 @@ bool same_as_rank0(const std::vector<T>& v) {
 }
 
 template <class T, class Schedule>
-void exact_sweep(group<mpi>& g, const Schedule& schedule, std::initializer_list<reduce_op> ops, const std::vector<std::size_t>& ns,
-                 const call_options& options = {}) {
+void exact_sweep(group<mpi>& g, const Schedule& schedule, std::initializer_list<reduce_op> ops,
+                 const std::vector<std::size_t>& ns, const call_options& options = {}) {
     const int p = g.size();
     for (std::size_t n : ns)
         for (reduce_op op : ops) {
@@ -48,7 +48,8 @@ void exact_sweep(group<mpi>& g, const Schedule& schedule, std::initializer_list<
             std::vector<T> data = hitch_test::make_input<T>(g.rank(), n, value);
             allreduce(g, hitch::view(data), op, schedule, options);
             const auto want = hitch_test::reference<T>(p, n, op, value);
-            INFO(Schedule::name << " " << hitch::name(hitch::dtype_of<T>()) << " " << name(op) << " n = " << n << " p = " << p);
+            INFO(Schedule::name << " " << hitch::name(hitch::dtype_of<T>()) << " " << name(op) << " n = " << n
+                                << " p = " << p);
             REQUIRE(everywhere(hitch_test::first_difference(std::span<const T>(data), std::span<const T>(want)) == -1));
         }
 }
@@ -68,7 +69,8 @@ void full_check(const Schedule& schedule, bool large) {
     }
     // full-mantissa inputs: identical bytes everywhere, and close to MPI's own all-reduce
     for (std::size_t n : {std::size_t{1000}, std::size_t{300001}}) {
-        std::vector<float> data = hitch_test::make_input<float>(g.rank(), n, [](int r, std::size_t i) { return hitch_test::rough_value<float>(r, i, 5); });
+        std::vector<float> data = hitch_test::make_input<float>(
+            g.rank(), n, [](int r, std::size_t i) { return hitch_test::rough_value<float>(r, i, 5); });
         std::vector<float> theirs = data;
         allreduce(g, hitch::view(data), reduce_op::sum, schedule);
         MPI_Allreduce(MPI_IN_PLACE, theirs.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -158,7 +160,8 @@ TEST_CASE("comm::mpi: a mismatched count or type throws mismatch_error on every 
                 }
             } else {
                 std::vector<float> v(10);
-                handle h = allreduce_async<binary_tree>(g, hitch::view(v), comm.rank() == 1 ? reduce_op::min : reduce_op::sum);
+                handle h =
+                    allreduce_async<binary_tree>(g, hitch::view(v), comm.rank() == 1 ? reduce_op::min : reduce_op::sum);
                 h.wait();
             }
         } catch (const hitch::mismatch_error& e) {
@@ -167,7 +170,9 @@ TEST_CASE("comm::mpi: a mismatched count or type throws mismatch_error on every 
         INFO("variant " << variant << ": " << message);
         if (variant == 0) {
             std::string want = "allreduce #" + std::to_string(variant) + ": ";
-            for (int r = 0; r < p; ++r) want += (r ? ", rank " : "rank ") + std::to_string(r) + " has " + (r == p - 1 ? "1001" : "1000") + " x float";
+            for (int r = 0; r < p; ++r)
+                want += (r ? ", rank " : "rank ") + std::to_string(r) + " has " + (r == p - 1 ? "1001" : "1000") +
+                        " x float";
             REQUIRE(everywhere(message == want));
         } else if (variant == 1) {
             REQUIRE(everywhere(message.find("rank 0 has 10 x double, rank 1 has 10 x float") != std::string::npos));
@@ -215,11 +220,13 @@ TEST_CASE("comm::mpi: collectives, non-blocking calls, fusion and variable-size 
         o.op = reduce_op::average;
         fusion_buffer<mpi, float, ring> fusion(g, o);
         std::vector<std::vector<float>> layers;
-        for (int k = 0; k < 30; ++k) layers.emplace_back(static_cast<std::size_t>((k * 397) % 2000), static_cast<float>(me + k));
+        for (int k = 0; k < 30; ++k)
+            layers.emplace_back(static_cast<std::size_t>((k * 397) % 2000), static_cast<float>(me + k));
         for (auto& l : layers) fusion.add(hitch::view(l));
         fusion.wait();
         for (int k = 0; k < 30; ++k)
-            for (float x : layers[static_cast<std::size_t>(k)]) ok = ok && x == static_cast<float>(k) + static_cast<float>(p - 1) / 2.0f;
+            for (float x : layers[static_cast<std::size_t>(k)])
+                ok = ok && x == static_cast<float>(k) + static_cast<float>(p - 1) / 2.0f;
     }
     // blobs of different sizes, empty ones included
     std::vector<std::byte> mine(static_cast<std::size_t>(me % 2 == 0 ? 1000 * me + 3 : 0), static_cast<std::byte>(me));

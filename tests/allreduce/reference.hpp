@@ -33,14 +33,18 @@ inline std::uint32_t mix(std::uint32_t x) {
 /// schedule, whatever its order of combination, must reproduce the reference exactly.
 template <class T>
 T exact_value(int rank, std::size_t i, std::uint32_t salt = 0) {
-    const auto v = static_cast<int>(mix(static_cast<std::uint32_t>(rank) * 0x9e3779b9U ^ static_cast<std::uint32_t>(i) ^ salt) % 17U) - 8;
+    const auto v =
+        static_cast<int>(mix(static_cast<std::uint32_t>(rank) * 0x9e3779b9U ^ static_cast<std::uint32_t>(i) ^ salt) %
+                         17U) -
+        8;
     return T(static_cast<float>(v));
 }
 
 /// Values in [-1, 1) with full mantissas: the order of combination shows in the low bits.
 template <class T>
 T rough_value(int rank, std::size_t i, std::uint32_t salt = 0) {
-    const std::uint32_t h = mix(static_cast<std::uint32_t>(rank + 1) * 0x85ebca6bU ^ static_cast<std::uint32_t>(i) * 0xc2b2ae35U ^ salt);
+    const std::uint32_t h =
+        mix(static_cast<std::uint32_t>(rank + 1) * 0x85ebca6bU ^ static_cast<std::uint32_t>(i) * 0xc2b2ae35U ^ salt);
     return T(static_cast<float>(static_cast<double>(h) / 2147483648.0 - 1.0));
 }
 
@@ -61,8 +65,10 @@ std::vector<T> reference(int p, std::size_t n, hitch::allreduce::reduce_op op, F
         A acc = static_cast<A>(value(0, i));
         for (int r = 1; r < p; ++r) acc = hitch::allreduce::detail::apply<A>(op, acc, static_cast<A>(value(r, i)));
         if (op == hitch::allreduce::reduce_op::average) acc = acc / static_cast<A>(p);
-        if constexpr (std::is_same_v<T, A>) out[i] = acc;
-        else out[i] = T(acc);
+        if constexpr (std::is_same_v<T, A>)
+            out[i] = acc;
+        else
+            out[i] = T(acc);
     }
     return out;
 }

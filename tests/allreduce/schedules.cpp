@@ -59,7 +59,8 @@ std::map<std::tuple<std::size_t, int>, std::vector<T>> references(int p, std::sp
                                                                   std::uint32_t salt) {
     std::map<std::tuple<std::size_t, int>, std::vector<T>> refs;
     for (std::size_t n : counts)
-        for (reduce_op op : all_ops) refs[{n, static_cast<int>(op)}] = hitch_test::reference<T>(p, n, op, exact<T>(salt));
+        for (reduce_op op : all_ops)
+            refs[{n, static_cast<int>(op)}] = hitch_test::reference<T>(p, n, op, exact<T>(salt));
     return refs;
 }
 
@@ -107,12 +108,17 @@ void sweep_large(const Schedule& schedule, std::initializer_list<int> ps) {
                 group g(c);
                 call_options options;
                 options.shared_memory = direct;
-                const auto key = [](reduce_op op) { return std::tuple<std::size_t, int>{large_count, static_cast<int>(op)}; };
+                const auto key = [](reduce_op op) {
+                    return std::tuple<std::size_t, int>{large_count, static_cast<int>(op)};
+                };
                 check_call<float>(g, schedule, options, large_count, reduce_op::sum, rf.at(key(reduce_op::sum)), salt);
-                check_call<float>(g, schedule, options, large_count, reduce_op::average, rf.at(key(reduce_op::average)), salt);
+                check_call<float>(g, schedule, options, large_count, reduce_op::average, rf.at(key(reduce_op::average)),
+                                  salt);
                 if (direct) {
-                    check_call<hitch::half>(g, schedule, options, large_count, reduce_op::max, rh.at(key(reduce_op::max)), salt);
-                    check_call<double>(g, schedule, options, large_count, reduce_op::min, rd.at(key(reduce_op::min)), salt);
+                    check_call<hitch::half>(g, schedule, options, large_count, reduce_op::max,
+                                            rh.at(key(reduce_op::max)), salt);
+                    check_call<double>(g, schedule, options, large_count, reduce_op::min, rd.at(key(reduce_op::min)),
+                                       salt);
                 } else {
                     check_call<hitch::bfloat16>(g, schedule, options, large_count, reduce_op::average,
                                                 rb.at(key(reduce_op::average)), salt);
@@ -137,11 +143,14 @@ void identical_everywhere(const Schedule& schedule, int p, std::size_t n, reduce
     });
     INFO(Schedule::name << " " << type_name<T>() << " " << name(op) << " p = " << p << " n = " << n);
     for (int r = 1; r < p; ++r)
-        REQUIRE(hitch_test::first_difference(std::span<const T>(results[0]), std::span<const T>(results[static_cast<std::size_t>(r)])) == -1);
+        REQUIRE(hitch_test::first_difference(std::span<const T>(results[0]),
+                                             std::span<const T>(results[static_cast<std::size_t>(r)])) == -1);
     const std::vector<T> want = hitch_test::reference<T>(p, n, op, value);
     // Each combination rounds once: at most p - 1 roundings of partial sums of magnitude <= p.
-    const double unit = std::is_same_v<T, float> ? 0x1p-24 : std::is_same_v<T, double> ? 0x1p-53
-                        : std::is_same_v<T, hitch::half> ? 0x1p-11 : 0x1p-8;
+    const double unit = std::is_same_v<T, float>         ? 0x1p-24
+                        : std::is_same_v<T, double>      ? 0x1p-53
+                        : std::is_same_v<T, hitch::half> ? 0x1p-11
+                                                         : 0x1p-8;
     const double tolerance = 2.0 * p * p * unit;
     double worst = 0;
     for (std::size_t i = 0; i < n; ++i)

@@ -45,7 +45,8 @@ void call(group<mpi>& g, Body&& body, double timeout_s = 0) {
 }
 
 float value(int from, int channel, std::size_t message, std::size_t i) {
-    return static_cast<float>(from * 1000003 + channel * 10007 + static_cast<int>(message) * 101) + static_cast<float>(i % 4099);
+    return static_cast<float>(from * 1000003 + channel * 10007 + static_cast<int>(message) * 101) +
+           static_cast<float>(i % 4099);
 }
 
 }  // namespace
@@ -63,7 +64,8 @@ TEST_CASE("staged: processes on one node take the staged path; off, they use mes
     REQUIRE(everywhere(!plain));
 }
 
-TEST_CASE("staged: channels received out of order, more than a pipe holds, both directions", "[allreduce][mpi][staged]") {
+TEST_CASE("staged: channels received out of order, more than a pipe holds, both directions",
+          "[allreduce][mpi][staged]") {
     mpi comm;
     group g(comm);
     const int me = comm.rank();
@@ -133,7 +135,8 @@ TEST_CASE("staged: many views at once, zero-length messages", "[allreduce][mpi][
         // All 40 held at once: only some may stay lent in the pipe, the rest land in their slots.
         std::vector<float> slots(count * n);
         std::vector<transport<mpi>::incoming<float>> in;
-        for (std::size_t m = 0; m < count; ++m) in.push_back(t.receive<float>(peer, 2, n, std::span<float>(slots).subspan(m * n, n)));
+        for (std::size_t m = 0; m < count; ++m)
+            in.push_back(t.receive<float>(peer, 2, n, std::span<float>(slots).subspan(m * n, n)));
         auto empty = t.receive<float>(peer, 3, 0, std::span<float>());
         for (auto& r : in) r.wait(t.limit());
         empty.wait(t.limit());
@@ -146,7 +149,8 @@ TEST_CASE("staged: many views at once, zero-length messages", "[allreduce][mpi][
     REQUIRE(everywhere(ok));
 }
 
-TEST_CASE("staged: what a failed call left behind never reaches the next; a missing sender times out", "[allreduce][mpi][staged]") {
+TEST_CASE("staged: what a failed call left behind never reaches the next; a missing sender times out",
+          "[allreduce][mpi][staged]") {
     mpi comm;
     group g(comm);
     const int me = comm.rank(), p = comm.size();
@@ -160,12 +164,15 @@ TEST_CASE("staged: what a failed call left behind never reaches the next; a miss
     // Rank 1 waits on channel 3 for a message rank 0 never sends.
     std::string message;
     try {
-        call(g, [&](transport<mpi>& t) {
-            if (me != 1) return;
-            std::vector<float> in(10);
-            auto r = t.receive_into<float>(0, 3, std::span<float>(in));
-            r.wait(t.limit());
-        }, 0.5);
+        call(
+            g,
+            [&](transport<mpi>& t) {
+                if (me != 1) return;
+                std::vector<float> in(10);
+                auto r = t.receive_into<float>(0, 3, std::span<float>(in));
+                r.wait(t.limit());
+            },
+            0.5);
     } catch (const hitch::timeout_error& e) {
         message = e.what();
     }
@@ -189,7 +196,8 @@ TEST_CASE("staged: what a failed call left behind never reaches the next; a miss
     REQUIRE(everywhere(ok));
 }
 
-TEST_CASE("staged: a message of the wrong size or type fails the receive, the buffer untouched", "[allreduce][mpi][staged]") {
+TEST_CASE("staged: a message of the wrong size or type fails the receive, the buffer untouched",
+          "[allreduce][mpi][staged]") {
     mpi comm;
     group g(comm);
     const int me = comm.rank();
@@ -222,8 +230,10 @@ TEST_CASE("staged: a message of the wrong size or type fails the receive, the bu
         }
     });
     INFO(size_error << " | " << type_error);
-    REQUIRE(everywhere(me != 1 || size_error.find("expected 1000001 x float but the message has 1000000 x float") != std::string::npos));
-    REQUIRE(everywhere(me != 1 || type_error.find("expected 1000 x float but the message has 500 x double") != std::string::npos));
+    REQUIRE(everywhere(me != 1 || size_error.find("expected 1000001 x float but the message has 1000000 x float") !=
+                                      std::string::npos));
+    REQUIRE(everywhere(me != 1 ||
+                       type_error.find("expected 1000 x float but the message has 500 x double") != std::string::npos));
     REQUIRE(everywhere(untouched));
     std::vector<float> v(3000, 2.0f);
     allreduce(g, hitch::view(v), reduce_op::sum, recursive_doubling{});

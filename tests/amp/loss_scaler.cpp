@@ -45,7 +45,8 @@ TEST_CASE("dynamic scale grows after growth_interval clean steps, not before", "
 }
 
 TEST_CASE("an overflow skips the step, backs off the scale and restarts the growth count", "[amp][scaler]") {
-    amp::loss_scaler scaler({.initial_scale = 1024.0f, .backoff_factor = 0.25f, .growth_interval = 3, .min_scale = 32.0f});
+    amp::loss_scaler scaler(
+        {.initial_scale = 1024.0f, .backoff_factor = 0.25f, .growth_interval = 3, .min_scale = 32.0f});
     CHECK(scaler.update(false));
     CHECK(scaler.update(false));
     CHECK_FALSE(scaler.update(true));

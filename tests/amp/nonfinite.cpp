@@ -19,8 +19,9 @@ TEST_CASE("throw_error names the step, the layer and the element", "[amp][nonfin
     CHECK(guard.check(m.layers, 0));
     m.grads[1][7] = std::numeric_limits<float>::quiet_NaN();
     CHECK_THROWS_AS(guard.check(m.layers, 12), amp::nonfinite_gradient_error);
-    CHECK_THROWS_WITH(guard.check(m.layers, 12),
-                      "hitch::amp::gradient_guard: non-finite gradient at step 12: layer 1 ('fc.weight') element 7 = nan");
+    CHECK_THROWS_WITH(
+        guard.check(m.layers, 12),
+        "hitch::amp::gradient_guard: non-finite gradient at step 12: layer 1 ('fc.weight') element 7 = nan");
 }
 
 TEST_CASE("skip_step skips on every rank when one rank has a NaN; throw_error throws on every rank",

@@ -48,7 +48,8 @@ TEST_CASE("agree throws mismatch_error on every rank, naming each rank's value",
 TEST_CASE("any_of is true everywhere when one rank's flag is set", "[comm][agree]") {
     for (int p = 1; p <= 5; ++p) {
         for (int who = -1; who < p; ++who) {
-            const auto flags = run_local(p, [who](local& comm) { return hitch::comm::any_of(comm, comm.rank() == who); });
+            const auto flags =
+                run_local(p, [who](local& comm) { return hitch::comm::any_of(comm, comm.rank() == who); });
             for (bool f : flags) CHECK(f == (who >= 0));
         }
     }

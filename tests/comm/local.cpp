@@ -33,9 +33,8 @@ TEST_CASE("comm::local passes the communicator suite for 1 to 8 ranks", "[comm][
 }
 
 TEST_CASE("comm::local moves 64 MiB messages", "[comm][local]") {
-    for (int p : {2, 3}) REQUIRE_NOTHROW(run_local(p, [](local& comm) {
-        hitch_test::message_sizes(comm, {std::size_t{64} << 20});
-    }));
+    for (int p : {2, 3})
+        REQUIRE_NOTHROW(run_local(p, [](local& comm) { hitch_test::message_sizes(comm, {std::size_t{64} << 20}); }));
 }
 
 TEST_CASE("comm::local: a receive nobody sends to times out within its deadline", "[comm][local]") {
@@ -175,7 +174,8 @@ TEST_CASE("comm::local: every rank is on one node, in the world and in a split",
                 !layout.single_node() || layout.ranks_on(0).size() != static_cast<std::size_t>(p))
                 throw std::logic_error("comm::local: not one node");
             local half = comm.split(comm.rank() % 2, comm.rank());
-            if (half.node_layout().node_of_rank.size() != static_cast<std::size_t>(half.size()) || half.node_layout().nodes != 1)
+            if (half.node_layout().node_of_rank.size() != static_cast<std::size_t>(half.size()) ||
+                half.node_layout().nodes != 1)
                 throw std::logic_error("comm::local split: not one node");
         }));
     }

@@ -102,9 +102,11 @@ TEST_CASE("comm::mpi: the node layout matches MPI's shared-memory split, on ever
 
     // Every rank computed the same layout.
     std::vector<int> all(static_cast<std::size_t>(comm.size()) * layout.node_of_rank.size());
-    MPI_Allgather(layout.node_of_rank.data(), comm.size(), MPI_INT, all.data(), comm.size(), MPI_INT, comm.native_handle());
+    MPI_Allgather(layout.node_of_rank.data(), comm.size(), MPI_INT, all.data(), comm.size(), MPI_INT,
+                  comm.native_handle());
     for (int r = 0; r < comm.size(); ++r)
-        CHECK(std::vector<int>(all.begin() + r * comm.size(), all.begin() + (r + 1) * comm.size()) == layout.node_of_rank);
+        CHECK(std::vector<int>(all.begin() + r * comm.size(), all.begin() + (r + 1) * comm.size()) ==
+              layout.node_of_rank);
 
     // A split knows its own layout, over no more nodes than the whole.
     mpi half = comm.split(comm.rank() % 2, comm.rank());

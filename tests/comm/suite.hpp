@@ -45,9 +45,10 @@ void ordered_delivery(C& comm, int count = 40) {
                 std::uint64_t got = 0;
                 auto r = comm.irecv(std::span<std::uint64_t>(&got, 1), peer, tag);
                 r.wait();
-                const std::uint64_t want = static_cast<std::uint64_t>(peer) << 32 | static_cast<std::uint64_t>(i * 10 + tag);
-                expect(got == want, "message " + std::to_string(i) + " from rank " + std::to_string(peer) +
-                                        " tag " + std::to_string(tag) + " arrived out of order");
+                const std::uint64_t want =
+                    static_cast<std::uint64_t>(peer) << 32 | static_cast<std::uint64_t>(i * 10 + tag);
+                expect(got == want, "message " + std::to_string(i) + " from rank " + std::to_string(peer) + " tag " +
+                                        std::to_string(tag) + " arrived out of order");
                 expect(r.status().source == peer && r.status().tag == tag && r.status().bytes == 8, "status");
             }
     hitch::wait_all(sends, comm.timeout());

@@ -26,9 +26,10 @@ std::vector<T> as(const std::vector<float>& v) {
 
 // Values that exercise rounding: ties, subnormals of half, the edges of half's range.
 std::vector<float> edge_values() {
-    std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, -65504.0f, 65519.0f, 6.1035156e-05f,
-                            5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, 1e-10f, 3.14159265f, 1.0009765625f,
-                            1.00048828125f, 1.00146484375f, -2.5e-6f, 1e30f, -1e-30f};
+    std::vector<float> v = {0.0f,           -0.0f,    1.0f,           -1.0f,          65504.0f,
+                            -65504.0f,      65519.0f, 6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f,
+                            2.9802326e-08f, 1e-10f,   3.14159265f,    1.0009765625f,  1.00048828125f,
+                            1.00146484375f, -2.5e-6f, 1e30f,          -1e-30f};
     for (int e = -30; e < 16; ++e)
         for (int m = 0; m < 9; ++m) v.push_back(std::ldexp(1.0f + static_cast<float>(m) / 1024.0f + 1.0f / 4096.0f, e));
     return v;
@@ -147,12 +148,15 @@ TEST_CASE("fp16 and bf16 kernels agree with the scalar conversions over a sweep 
         }
         for (int which = 0; which < 2; ++which) {
             hitch_test::set_isa(2);
-            const bool ok_wide = which == 0 ? hc::detail::to_half<false>(block.data(), nullptr, nullptr, wide_out.data(), n)
-                                            : hc::detail::to_bf16<false>(block.data(), nullptr, nullptr, wide_out.data(), n);
+            const bool ok_wide = which == 0
+                                     ? hc::detail::to_half<false>(block.data(), nullptr, nullptr, wide_out.data(), n)
+                                     : hc::detail::to_bf16<false>(block.data(), nullptr, nullptr, wide_out.data(), n);
             hc::detail::wide_paths_enabled = false;
-            const bool ok_base = which == 0 ? hc::detail::to_half<false>(block.data(), nullptr, nullptr, base_out.data(), n)
-                                            : hc::detail::to_bf16<false>(block.data(), nullptr, nullptr, base_out.data(), n);
-            finite_report_ok = finite_report_ok && ok_wide == ok_base && ok_base == !(which == 0 ? any_bad_half : any_bad_bf16);
+            const bool ok_base = which == 0
+                                     ? hc::detail::to_half<false>(block.data(), nullptr, nullptr, base_out.data(), n)
+                                     : hc::detail::to_bf16<false>(block.data(), nullptr, nullptr, base_out.data(), n);
+            finite_report_ok =
+                finite_report_ok && ok_wide == ok_base && ok_base == !(which == 0 ? any_bad_half : any_bad_bf16);
             for (std::size_t i = 0; i < n; ++i) {
                 const auto want = which == 0 ? hitch::half(block[i]).bits() : hitch::bfloat16(block[i]).bits();
                 const auto w = hc::wire::load_le<std::uint16_t>(wide_out.data() + 2 * i);

@@ -10,14 +10,14 @@
 
 #include "hitch/compress/bf16.hpp"
 #include "hitch/compress/dgc.hpp"
+#include "hitch/compress/error_feedback.hpp"
+#include "hitch/compress/fp16.hpp"
+#include "hitch/compress/none.hpp"
 #include "hitch/compress/onebit.hpp"
 #include "hitch/compress/qsgd.hpp"
 #include "hitch/compress/randomk.hpp"
 #include "hitch/compress/terngrad.hpp"
 #include "hitch/compress/topk.hpp"
-#include "hitch/compress/error_feedback.hpp"
-#include "hitch/compress/fp16.hpp"
-#include "hitch/compress/none.hpp"
 #include "hitch/concepts/compressor.hpp"
 
 namespace stand_in {
@@ -46,7 +46,9 @@ struct good_codec : identity_and_traits {
     using state = codec_state;
     state make_state(std::size_t n) const { return {n}; }
     template <class T>
-    std::size_t encode(hitch::tensor_view<T>, state&, std::vector<std::byte>&) const { return 0; }
+    std::size_t encode(hitch::tensor_view<T>, state&, std::vector<std::byte>&) const {
+        return 0;
+    }
     std::size_t max_message_bytes(std::size_t) const { return 0; }
     template <class T>
     void decode(std::span<const std::byte>, hitch::tensor_view<T>) const {}
@@ -86,7 +88,9 @@ struct codec_without_decode_add : identity_and_traits {
     using state = codec_state;
     state make_state(std::size_t n) const { return {n}; }
     template <class T>
-    std::size_t encode(hitch::tensor_view<T>, state&, std::vector<std::byte>&) const { return 0; }
+    std::size_t encode(hitch::tensor_view<T>, state&, std::vector<std::byte>&) const {
+        return 0;
+    }
     std::size_t max_message_bytes(std::size_t) const { return 0; }
     template <class T>
     void decode(std::span<const std::byte>, hitch::tensor_view<T>) const {}
@@ -98,7 +102,9 @@ struct codec_without_save : identity_and_traits {
     using state = codec_state;
     state make_state(std::size_t n) const { return {n}; }
     template <class T>
-    std::size_t encode(hitch::tensor_view<T>, state&, std::vector<std::byte>&) const { return 0; }
+    std::size_t encode(hitch::tensor_view<T>, state&, std::vector<std::byte>&) const {
+        return 0;
+    }
     std::size_t max_message_bytes(std::size_t) const { return 0; }
     template <class T>
     void decode(std::span<const std::byte>, hitch::tensor_view<T>) const {}
@@ -110,7 +116,9 @@ struct codec_without_max_bytes : identity_and_traits {
     using state = codec_state;
     state make_state(std::size_t n) const { return {n}; }
     template <class T>
-    std::size_t encode(hitch::tensor_view<T>, state&, std::vector<std::byte>&) const { return 0; }
+    std::size_t encode(hitch::tensor_view<T>, state&, std::vector<std::byte>&) const {
+        return 0;
+    }
     template <class T>
     void decode(std::span<const std::byte>, hitch::tensor_view<T>) const {}
     template <class T>
@@ -165,7 +173,9 @@ TEST_CASE("compressor concept: hitch's casts and their traits", "[compress][conc
 
 TEST_CASE("compressor concept: codecs whose state advances can take back an encode", "[compress][concepts]") {
     namespace hc = hitch::compress;
-    auto can_undo = []<class Codec>(const Codec&) { return requires(const Codec& c, typename Codec::state& s) { c.undo(s); }; };
+    auto can_undo = []<class Codec>(const Codec&) {
+        return requires(const Codec& c, typename Codec::state& s) { c.undo(s); };
+    };
     STATIC_REQUIRE(can_undo(hc::topk{}));
     STATIC_REQUIRE(can_undo(hc::randomk{}));
     STATIC_REQUIRE(can_undo(hc::qsgd{}));

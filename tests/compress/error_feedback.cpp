@@ -33,11 +33,17 @@ struct plain_fp16 {
     state make_state(std::size_t n) const { return {n}; }
     std::size_t max_message_bytes(std::size_t n) const { return inner.max_message_bytes(n); }
     template <class T>
-    std::size_t encode(tensor_view<T> in, state& s, std::vector<std::byte>& m) const { return inner.encode(in, s, m); }
+    std::size_t encode(tensor_view<T> in, state& s, std::vector<std::byte>& m) const {
+        return inner.encode(in, s, m);
+    }
     template <class T>
-    void decode(std::span<const std::byte> m, tensor_view<T> out) const { inner.decode(m, out); }
+    void decode(std::span<const std::byte> m, tensor_view<T> out) const {
+        inner.decode(m, out);
+    }
     template <class T>
-    void decode_add(std::span<const std::byte> m, tensor_view<T> out) const { inner.decode_add(m, out); }
+    void decode_add(std::span<const std::byte> m, tensor_view<T> out) const {
+        inner.decode_add(m, out);
+    }
     void save_state(const state& s, std::vector<std::byte>& b) const { hc::detail::save_empty_state<codec_id>(s, b); }
     void load_state(std::span<const std::byte> b, state& s) const { hc::detail::load_empty_state<codec_id>(b, s, "x"); }
 };
@@ -53,7 +59,8 @@ TEST_CASE("error feedback conserves everything over T steps: casts", "[compress]
     hitch_test::check_conservation(plain_fp16{}, 3001, 40, 3.0f);
 }
 
-TEST_CASE("error feedback: fused and generic paths give the same messages and residuals", "[compress][error_feedback]") {
+TEST_CASE("error feedback: fused and generic paths give the same messages and residuals",
+          "[compress][error_feedback]") {
     const hc::error_feedback<hc::fp16> fused;
     const hc::error_feedback<plain_fp16> generic;
     auto a = fused.make_state(777);

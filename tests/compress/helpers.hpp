@@ -27,9 +27,12 @@ inline std::vector<float> gradients(std::size_t n, std::uint64_t seed, float sca
     std::vector<float> g(n);
     for (auto& x : g) {
         const float r = u(rng);
-        if (r < 0.02f) x = 0.0f;
-        else if (r < 0.03f) x = normal(rng) * 20.0f;
-        else x = normal(rng);
+        if (r < 0.02f)
+            x = 0.0f;
+        else if (r < 0.03f)
+            x = normal(rng) * 20.0f;
+        else
+            x = normal(rng);
     }
     return g;
 }

@@ -28,8 +28,10 @@ reference onebit_reference(const std::vector<float>& v, std::size_t group) {
         double pos = 0, neg = 0;
         std::size_t np = 0, nn = 0, total = 0;
         for (std::size_t i = begin; i < end; ++i) {
-            if (std::signbit(v[i])) neg += v[i], ++nn;
-            else pos += v[i], ++np;
+            if (std::signbit(v[i]))
+                neg += v[i], ++nn;
+            else
+                pos += v[i], ++np;
         }
         (void)total;
         const float a = np ? static_cast<float>(pos / static_cast<double>(np)) : 0.0f;
@@ -42,7 +44,8 @@ reference onebit_reference(const std::vector<float>& v, std::size_t group) {
 
 }  // namespace
 
-TEST_CASE("onebit matches the paper's definition, preserves group sums, and stays within max |v|", "[compress][onebit]") {
+TEST_CASE("onebit matches the paper's definition, preserves group sums, and stays within max |v|",
+          "[compress][onebit]") {
     for (std::size_t group : {std::size_t{0}, std::size_t{8}, std::size_t{64}, std::size_t{1000}}) {
         for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{513}, std::size_t{10007}}) {
             const hc::onebit codec({.group_size = group});
@@ -71,7 +74,8 @@ TEST_CASE("onebit matches the paper's definition, preserves group sums, and stay
                         sum += d[i];
                         max_abs = std::max(max_abs, std::fabs(static_cast<double>(v[i])));
                     }
-                    CHECK(std::fabs(sum - ref.group_sums[k]) <= 1e-6 * max_abs * static_cast<double>(end - k * gs) + 1e-30);
+                    CHECK(std::fabs(sum - ref.group_sums[k]) <=
+                          1e-6 * max_abs * static_cast<double>(end - k * gs) + 1e-30);
                     for (std::size_t i = k * gs; i < end; ++i) CHECK(std::fabs(d[i] - v[i]) <= max_abs);
                 }
             }
@@ -133,13 +137,22 @@ TEST_CASE("onebit refuses bad options, non-finite buckets and corrupt messages",
     };
     const std::size_t p = 32;
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(modified([&](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + p, 12); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(modified([&](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + p, 12); }),
+                         tensor_view<float>(out));
+        },
         "group size 12 is not a multiple of 8"));
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(modified([&](auto& c) { hc::wire::store_le(c.data() + p + 8, -1.0f); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(modified([&](auto& c) { hc::wire::store_le(c.data() + p + 8, -1.0f); }),
+                         tensor_view<float>(out));
+        },
         "reconstruction values"));
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(modified([&](auto& c) { hc::wire::store_le(c.data() + p + 12, std::nanf("")); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(modified([&](auto& c) { hc::wire::store_le(c.data() + p + 12, std::nanf("")); }),
+                         tensor_view<float>(out));
+        },
         "reconstruction values"));
     CHECK(hitch_test::throws_corrupt(
         [&] { codec.decode(modified([&](auto& c) { c.back() |= std::byte{0x80}; }), tensor_view<float>(out)); },

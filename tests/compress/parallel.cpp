@@ -32,8 +32,10 @@ void same_on_any_threads(Options options, std::size_t n) {
         auto s2 = codec.make_state(n);
         std::vector<std::byte> plain;
         codec.encode(tensor_view<const float>(g), s2, plain);
-        if (threads == 1) messages.push_back(plain);
-        else CHECK(plain == messages[1]);
+        if (threads == 1)
+            messages.push_back(plain);
+        else
+            CHECK(plain == messages[1]);
     }
     INFO(Codec::name);
     for (std::size_t k = 2; k < messages.size(); ++k) CHECK(messages[k] == messages[0]);

@@ -107,7 +107,7 @@ TEST_CASE("powersgd: layouts, vectors and tiny layers uncompressed, padded bare 
     CHECK_FALSE(s.layers[1].compressed);  // min dimension 3 > 2, but 9 < 2 * 2 * 6
     CHECK(s.layers[2].compressed);
     CHECK_FALSE(s.layers[3].compressed);
-    CHECK(s.layers[4].compressed);         // 400 >= 2 * 2 * 40
+    CHECK(s.layers[4].compressed);  // 400 >= 2 * 2 * 40
     CHECK(codec.p_count(s) == 64 + 9 + 2 * 100 + 10 + 2 * 20);
     CHECK(codec.q_count(s) == 2 * 50 + 2 * 20);
     const auto g = hitch_test::gradients(n, 3);
@@ -182,19 +182,34 @@ TEST_CASE("powersgd refuses corrupt messages and non-finite buckets", "[compress
         return c;
     };
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint32_t>(c.data() + 32, 0); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint32_t>(c.data() + 32, 0); }),
+                         tensor_view<float>(out));
+        },
         "rank 0"));
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 40, 21); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 40, 21); }),
+                         tensor_view<float>(out));
+        },
         "overruns the bucket"));
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 64, 4); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 64, 4); }),
+                         tensor_view<float>(out));
+        },
         "cover 204 of 205"));
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 56, 2); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 56, 2); }),
+                         tensor_view<float>(out));
+        },
         "flag 2"));
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 100, std::nanf("")); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 100, std::nanf("")); }),
+                         tensor_view<float>(out));
+        },
         "not finite"));
     CHECK(hitch_test::throws_corrupt(
         [&] {

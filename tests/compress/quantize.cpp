@@ -92,7 +92,8 @@ TEST_CASE("qsgd: Elias coding decodes to the same values as fixed coding, with t
     }
 }
 
-TEST_CASE("qsgd and terngrad: AVX-512, AVX2 and baseline builds give identical messages, residuals and decodes", "[compress][qsgd][terngrad]") {
+TEST_CASE("qsgd and terngrad: AVX-512, AVX2 and baseline builds give identical messages, residuals and decodes",
+          "[compress][qsgd][terngrad]") {
     const std::size_t n = 70001;  // crosses a 65536-element random-number block
     const auto g = hitch_test::gradients(n, 8);
     const auto r = hitch_test::gradients(n, 9);
@@ -151,7 +152,8 @@ TEST_CASE("terngrad sends 0 or +-max|v|, clips at c sigma, with the stated size"
     const std::size_t n = 9999;
     const auto v = hitch_test::gradients(n, 31);
     double sum = 0, sum2 = 0, max_abs = 0;
-    for (float x : v) sum += x, sum2 += static_cast<double>(x) * x, max_abs = std::max(max_abs, std::fabs(static_cast<double>(x)));
+    for (float x : v)
+        sum += x, sum2 += static_cast<double>(x) * x, max_abs = std::max(max_abs, std::fabs(static_cast<double>(x)));
     const double sigma = std::sqrt(sum2 / n - (sum / n) * (sum / n));
     for (double c : {0.0, 2.5}) {
         const hc::terngrad codec({.clip_sigmas = c});
@@ -171,7 +173,8 @@ TEST_CASE("terngrad sends 0 or +-max|v|, clips at c sigma, with the stated size"
     }
 }
 
-TEST_CASE("qsgd and terngrad refuse bad options, non-finite buckets and corrupt messages", "[compress][qsgd][terngrad]") {
+TEST_CASE("qsgd and terngrad refuse bad options, non-finite buckets and corrupt messages",
+          "[compress][qsgd][terngrad]") {
     CHECK_THROWS_WITH(hc::qsgd({.levels = 0}), Catch::Contains("levels = 0"));
     CHECK_THROWS_WITH(hc::qsgd({.group_size = 100}), Catch::Contains("group_size = 100"));
     CHECK_THROWS_WITH(hc::terngrad({.clip_sigmas = -1}), Catch::Contains("clip_sigmas = -1"));
@@ -201,15 +204,20 @@ TEST_CASE("qsgd and terngrad refuse bad options, non-finite buckets and corrupt 
             [&] { codec.decode(tweak([&](auto& c) { c[codes] = std::byte{0x01}; }), tensor_view<float>(out)); },
             "code 1 of element 0"));  // negative zero
         CHECK(hitch_test::throws_corrupt(
-            [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint32_t>(c.data() + 32, 0); }), tensor_view<float>(out)); },
+            [&] {
+                codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint32_t>(c.data() + 32, 0); }),
+                             tensor_view<float>(out));
+            },
             "levels 0"));
         CHECK(hitch_test::throws_corrupt(
             [&] { codec.decode(tweak([](auto& c) { c[36] = std::byte{2}; }), tensor_view<float>(out)); }, "coding 2"));
         CHECK(hitch_test::throws_corrupt(
-            [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 48, -1.0f); }), tensor_view<float>(out)); },
+            [&] {
+                codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 48, -1.0f); }), tensor_view<float>(out));
+            },
             "norm of group 0"));
-        CHECK(hitch_test::throws_corrupt([&] { codec.decode(tweak([](auto& c) { c.pop_back(); }), tensor_view<float>(out)); },
-                                         "truncated: codes"));
+        CHECK(hitch_test::throws_corrupt(
+            [&] { codec.decode(tweak([](auto& c) { c.pop_back(); }), tensor_view<float>(out)); }, "truncated: codes"));
     }
     {
         const hc::qsgd codec({.levels = 3, .group_size = 0, .coding = hc::qsgd_coding::elias_gamma});
@@ -241,12 +249,16 @@ TEST_CASE("qsgd and terngrad refuse bad options, non-finite buckets and corrupt 
         auto s = codec.make_state(n);
         codec.encode(tensor_view<const float>(v), s, m);
         CHECK(hitch_test::throws_corrupt(
-            [&] { codec.decode(tweak([](auto& c) { c[40] = std::byte{0x04}; }), tensor_view<float>(out)); }, "code 01 in byte 0"));
+            [&] { codec.decode(tweak([](auto& c) { c[40] = std::byte{0x04}; }), tensor_view<float>(out)); },
+            "code 01 in byte 0"));
         CHECK(hitch_test::throws_corrupt(
-            [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 32, -2.0f); }), tensor_view<float>(out)); },
+            [&] {
+                codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 32, -2.0f); }), tensor_view<float>(out));
+            },
             "scale -2"));
         CHECK(hitch_test::throws_corrupt(
-            [&] { codec.decode(tweak([](auto& c) { c[36] = std::byte{1}; }), tensor_view<float>(out)); }, "padding bytes"));
+            [&] { codec.decode(tweak([](auto& c) { c[36] = std::byte{1}; }), tensor_view<float>(out)); },
+            "padding bytes"));
         std::vector<float> odd(41);
         auto s41 = codec.make_state(41);
         const std::vector<float> ones(41, 1.0f);

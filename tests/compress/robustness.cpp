@@ -28,8 +28,10 @@ std::vector<std::byte> valid_message(const Codec& codec, std::size_t n) {
 template <class Codec>
 int try_decode(const Codec& codec, const std::vector<std::byte>& m, std::vector<float>& out, bool add) {
     try {
-        if (add) codec.decode_add(m, tensor_view<float>(out));
-        else codec.decode(m, tensor_view<float>(out));
+        if (add)
+            codec.decode_add(m, tensor_view<float>(out));
+        else
+            codec.decode(m, tensor_view<float>(out));
         return 0;
     } catch (const hitch::corrupt_message_error&) {
         return 1;
@@ -79,8 +81,10 @@ TEST_CASE("every decoder: flipped bits are refused, resealed damage is refused o
         }
         // Into a destination of another size.
         std::vector<float> smaller(n - 1), larger(n + 1);
-        CHECK(hitch_test::throws_corrupt([&] { codec.decode(good, tensor_view<float>(smaller)); }, "destination has 202"));
-        CHECK(hitch_test::throws_corrupt([&] { codec.decode_add(good, tensor_view<float>(larger)); }, "destination has 204"));
+        CHECK(hitch_test::throws_corrupt([&] { codec.decode(good, tensor_view<float>(smaller)); },
+                                         "destination has 202"));
+        CHECK(hitch_test::throws_corrupt([&] { codec.decode_add(good, tensor_view<float>(larger)); },
+                                         "destination has 204"));
     });
 }
 
@@ -97,7 +101,8 @@ TEST_CASE("every decoder refuses every other codec's messages and random bytes",
         std::vector<float> out(100);
         for (std::size_t k = 0; k < messages.size(); ++k)
             if (ids[k] != codec_t::codec_id)
-                CHECK(hitch_test::throws_corrupt([&] { codec.decode(messages[k], tensor_view<float>(out)); }, "codec id"));
+                CHECK(hitch_test::throws_corrupt([&] { codec.decode(messages[k], tensor_view<float>(out)); },
+                                                 "codec id"));
         for (std::size_t len : {0u, 1u, 31u, 32u, 33u, 100u, 1000u}) {
             std::vector<std::byte> junk(len);
             for (auto& b : junk) b = static_cast<std::byte>(rng());

@@ -32,7 +32,8 @@ std::size_t varint_bytes(std::uint64_t v) {
 std::vector<std::size_t> topk_reference(const std::vector<float>& v, std::size_t k) {
     std::vector<std::size_t> order(v.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return std::fabs(v[a]) > std::fabs(v[b]); });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return std::fabs(v[a]) > std::fabs(v[b]); });
     order.resize(std::min(k, v.size()));
     std::sort(order.begin(), order.end());
     return order;
@@ -46,7 +47,8 @@ std::vector<float> decode(const auto& codec, const std::vector<std::byte>& m, st
 
 }  // namespace
 
-TEST_CASE("threshold sends +-tau where |v| >= tau, with delta-varint indices of the stated size", "[compress][threshold]") {
+TEST_CASE("threshold sends +-tau where |v| >= tau, with delta-varint indices of the stated size",
+          "[compress][threshold]") {
     for (float tau : {1e-3f, 2.5e-3f, 1e-2f}) {
         const hc::threshold codec({.tau = tau});
         const auto v = hitch_test::gradients(20011, 11);
@@ -110,33 +112,44 @@ TEST_CASE("threshold refuses corrupt messages", "[compress][threshold]") {
         hitch_test::reseal(c);
         return c;
     };
-    CHECK(hitch_test::throws_corrupt([&] { codec.decode(tweak([](auto& c) { c[44] = std::byte{16}; }), tensor_view<float>(out)); },
-                                     "index of entry 0 is outside the bucket of 8"));
-    CHECK(hitch_test::throws_corrupt([&] { codec.decode(tweak([](auto& c) { c[46] = std::byte{2 * 4}; }), tensor_view<float>(out)); },
-                                     "index of entry 2 is outside"));
-    CHECK(hitch_test::throws_corrupt([&] { codec.decode(tweak([](auto& c) { c.push_back(std::byte{0}); }), tensor_view<float>(out)); },
-                                     "unexpected bytes after the indices"));
-    CHECK(hitch_test::throws_corrupt([&] { codec.decode(tweak([](auto& c) { c.pop_back(); }), tensor_view<float>(out)); },
-                                     "truncated"));
-    CHECK(hitch_test::throws_corrupt([&] { codec.decode(tweak([](auto& c) { c[46] = std::byte{0x80}; }), tensor_view<float>(out)); },
-                                     "truncated varint"));
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 40, -0.5f); }), tensor_view<float>(out)); },
+        [&] { codec.decode(tweak([](auto& c) { c[44] = std::byte{16}; }), tensor_view<float>(out)); },
+        "index of entry 0 is outside the bucket of 8"));
+    CHECK(hitch_test::throws_corrupt(
+        [&] { codec.decode(tweak([](auto& c) { c[46] = std::byte{2 * 4}; }), tensor_view<float>(out)); },
+        "index of entry 2 is outside"));
+    CHECK(hitch_test::throws_corrupt(
+        [&] { codec.decode(tweak([](auto& c) { c.push_back(std::byte{0}); }), tensor_view<float>(out)); },
+        "unexpected bytes after the indices"));
+    CHECK(hitch_test::throws_corrupt(
+        [&] { codec.decode(tweak([](auto& c) { c.pop_back(); }), tensor_view<float>(out)); }, "truncated"));
+    CHECK(hitch_test::throws_corrupt(
+        [&] { codec.decode(tweak([](auto& c) { c[46] = std::byte{0x80}; }), tensor_view<float>(out)); },
+        "truncated varint"));
+    CHECK(hitch_test::throws_corrupt(
+        [&] {
+            codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 40, -0.5f); }), tensor_view<float>(out));
+        },
         "tau -0.5"));
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 32, 9); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 32, 9); }),
+                         tensor_view<float>(out));
+        },
         "sent count 9 exceeds 8"));
     CHECK_THROWS_WITH(hc::threshold({.tau = 0.0f}), Catch::Contains("tau = 0"));
 }
 
-TEST_CASE("topk: exact and sampled selection both equal a sorting reference, with the stated sizes", "[compress][topk]") {
+TEST_CASE("topk: exact and sampled selection both equal a sorting reference, with the stated sizes",
+          "[compress][topk]") {
     for (std::size_t n : {std::size_t{1}, std::size_t{100}, std::size_t{65536}, std::size_t{300007}}) {
         for (double density : {0.001, 0.01, 0.1}) {
             const auto v = hitch_test::gradients(n, n + static_cast<std::uint64_t>(density * 1e4));
             const hc::topk exact({.density = density, .method = hc::topk_method::exact});
             const hc::topk sampled({.density = density, .method = hc::topk_method::sampled});
             const std::size_t k = exact.k(n);
-            CHECK(k == std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(density * static_cast<double>(n))), 1, n));
+            CHECK(k == std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(density * static_cast<double>(n))),
+                                               1, n));
             const auto ref = topk_reference(v, k);
             for (const hc::topk* codec : {&exact, &sampled}) {
                 for (int wide : {2, 1, 0}) {
@@ -148,7 +161,8 @@ TEST_CASE("topk: exact and sampled selection both equal a sorting reference, wit
                     REQUIRE(s.selection.size() == k);
                     CHECK(std::equal(ref.begin(), ref.end(), s.selection.index.begin()));
                     std::size_t expected = 32 + 8 + 4 * k;
-                    for (std::size_t j = 0; j < k; ++j) expected += varint_bytes(j == 0 ? ref[0] : ref[j] - ref[j - 1] - 1);
+                    for (std::size_t j = 0; j < k; ++j)
+                        expected += varint_bytes(j == 0 ? ref[0] : ref[j] - ref[j - 1] - 1);
                     CHECK(size == expected);
                     const auto d = decode(*codec, m, n);
                     std::size_t j = 0;
@@ -167,7 +181,8 @@ TEST_CASE("topk: exact and sampled selection both equal a sorting reference, wit
     hitch_test::set_isa(2);
 }
 
-TEST_CASE("topk: sampling takes one pass on gradient-like data and survives ties and sparse buckets", "[compress][topk]") {
+TEST_CASE("topk: sampling takes one pass on gradient-like data and survives ties and sparse buckets",
+          "[compress][topk]") {
     const std::size_t n = 1 << 20;
     const hc::topk sampled({.density = 0.001});
     auto v = hitch_test::gradients(n, 77);
@@ -212,13 +227,19 @@ TEST_CASE("topk with error feedback conserves everything; bad input and messages
         return c;
     };
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 40, std::nanf("")); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 40, std::nanf("")); }),
+                         tensor_view<float>(out));
+        },
         "value 0 is not finite"));
     CHECK(hitch_test::throws_corrupt(
         [&] { codec.decode(tweak([](auto& c) { c.back() = std::byte{120}; }), tensor_view<float>(out)); },
         "outside the bucket of 100"));
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 32, 11); }), tensor_view<float>(out)); },
+        [&] {
+            codec.decode(tweak([](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 32, 11); }),
+                         tensor_view<float>(out));
+        },
         "truncated"));
     CHECK_THROWS_WITH(hc::topk({.density = 0.0}), Catch::Contains("density = 0"));
     CHECK_THROWS_WITH(hc::topk({.density = 1.5}), Catch::Contains("density = 1.5"));
@@ -228,8 +249,12 @@ TEST_CASE("dgc equals a step-by-step reference of Lin et al. 2018: clipping, mom
           "[compress][dgc]") {
     for (bool nesterov : {false, true}) {
         const std::size_t n = 20000;
-        const hc::dgc codec({.momentum = 0.9, .nesterov = nesterov, .final_density = 0.001, .warmup_steps = 3,
-                             .clip_norm = 0.05, .ranks = 4});
+        const hc::dgc codec({.momentum = 0.9,
+                             .nesterov = nesterov,
+                             .final_density = 0.001,
+                             .warmup_steps = 3,
+                             .clip_norm = 0.05,
+                             .ranks = 4});
         CHECK(codec.density(0) == 0.25);
         CHECK(codec.density(3) == 0.0625);
         CHECK(codec.density(6) == 0.015625);
@@ -256,7 +281,8 @@ TEST_CASE("dgc equals a step-by-step reference of Lin et al. 2018: clipping, mom
                     v[i] += u[i];
                 }
             }
-            const auto sel = topk_reference(v, std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(codec.density(t) * n))));
+            const auto sel = topk_reference(
+                v, std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(codec.density(t) * n))));
             codec.encode(tensor_view<const float>(g), s, m);
             const auto d = decode(codec, m, n);
             std::vector<float> want(n, 0.0f);
@@ -283,7 +309,8 @@ TEST_CASE("dgc equals a step-by-step reference of Lin et al. 2018: clipping, mom
     }
 }
 
-TEST_CASE("dgc: accumulated velocity conserves the (clipped, momentum-corrected) gradient; refusals", "[compress][dgc]") {
+TEST_CASE("dgc: accumulated velocity conserves the (clipped, momentum-corrected) gradient; refusals",
+          "[compress][dgc]") {
     // Without momentum and clipping, everything sent plus v equals the sum of the gradients.
     const hc::dgc codec({.momentum = 0.0, .final_density = 0.01});
     const std::size_t n = 3000;
@@ -296,7 +323,8 @@ TEST_CASE("dgc: accumulated velocity conserves the (clipped, momentum-corrected)
         const auto d = decode(codec, m, n);
         for (std::size_t i = 0; i < n; ++i) {
             in[i] += g[i], sent[i] += d[i];
-            bound[i] += std::ldexp(std::fabs(static_cast<double>(g[i])) + std::fabs(static_cast<double>(d[i])) + std::fabs(s.v[i]), -23);
+            bound[i] += std::ldexp(
+                std::fabs(static_cast<double>(g[i])) + std::fabs(static_cast<double>(d[i])) + std::fabs(s.v[i]), -23);
         }
     }
     for (std::size_t i = 0; i < n; ++i) CHECK(std::fabs(sent[i] + s.v[i] - in[i]) <= bound[i] + 1e-30);
@@ -374,10 +402,17 @@ TEST_CASE("randomk: no indices on the wire, the stated size, additive form and e
         return c;
     };
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([&](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 40, n + 1); }), tensor_view<float>(o)); },
+        [&] {
+            codec.decode(tweak([&](auto& c) { hc::wire::store_le<std::uint64_t>(c.data() + 40, n + 1); }),
+                         tensor_view<float>(o));
+        },
         "exceeds"));
-    CHECK(hitch_test::throws_corrupt([&] { codec.decode(tweak([](auto& c) { c.pop_back(); }), tensor_view<float>(o)); }, "truncated"));
+    CHECK(hitch_test::throws_corrupt([&] { codec.decode(tweak([](auto& c) { c.pop_back(); }), tensor_view<float>(o)); },
+                                     "truncated"));
     CHECK(hitch_test::throws_corrupt(
-        [&] { codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 52, std::nanf("")); }), tensor_view<float>(o)); },
+        [&] {
+            codec.decode(tweak([](auto& c) { hc::wire::store_le(c.data() + 52, std::nanf("")); }),
+                         tensor_view<float>(o));
+        },
         "not finite"));
 }

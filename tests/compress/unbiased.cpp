@@ -23,7 +23,8 @@ constexpr double delta = 1e-9;
 
 // Returns how many elements deviate beyond their Hoeffding bound (width(i) per element).
 template <class Codec, class Width>
-std::size_t deviations(const Codec& codec, const std::vector<float>& v, int trials, Width&& width, double* worst_ratio) {
+std::size_t deviations(const Codec& codec, const std::vector<float>& v, int trials, Width&& width,
+                       double* worst_ratio) {
     const std::size_t n = v.size();
     auto s = codec.make_state(n);
     std::vector<double> mean(n, 0.0);
@@ -102,16 +103,20 @@ TEST_CASE("terngrad's one-pass encode is unbiased where its blocks were thinned"
     }
 }
 
-TEST_CASE("randomk (scaled) is unbiased: the mean of seeded encodings approaches the input", "[compress][randomk][unbiased]") {
+TEST_CASE("randomk (scaled) is unbiased: the mean of seeded encodings approaches the input",
+          "[compress][randomk][unbiased]") {
     const std::size_t n = 400;
     const auto v = hitch_test::gradients(n, 19);
     const hc::randomk codec({.density = 0.25});
     const double f = static_cast<double>(n) / static_cast<double>(codec.k(n));
     double worst = 0;
-    CHECK(deviations(codec, v, 20000, [&](std::size_t i) { return f * std::fabs(static_cast<double>(v[i])); }, &worst) == 0);
+    CHECK(deviations(
+              codec, v, 20000, [&](std::size_t i) { return f * std::fabs(static_cast<double>(v[i])); }, &worst) == 0);
     INFO("worst deviation / bound = " << worst);
     // Unscaled, it keeps only a quarter on average: biased, and the same bound catches it.
     const hc::randomk unscaled({.density = 0.25, .scale = false});
     double worst_unscaled = 0;
-    CHECK(deviations(unscaled, v, 20000, [&](std::size_t i) { return std::fabs(static_cast<double>(v[i])); }, &worst_unscaled) > 0);
+    CHECK(deviations(
+              unscaled, v, 20000, [&](std::size_t i) { return std::fabs(static_cast<double>(v[i])); },
+              &worst_unscaled) > 0);
 }

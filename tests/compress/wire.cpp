@@ -50,14 +50,13 @@ TEST_CASE("varints: sizes, round trip, and malformed input", "[compress][wire]")
 
     // Unterminated: the continuation bit set on the last byte.
     std::vector<std::byte> open_end = {std::byte{0x80}, std::byte{0x80}};
-    CHECK(hitch_test::throws_corrupt([&] { (void)wire::varint_reader(open_end.data(), open_end.data() + 2, "t").next(); },
-                                     "truncated varint"));
+    CHECK(hitch_test::throws_corrupt(
+        [&] { (void)wire::varint_reader(open_end.data(), open_end.data() + 2, "t").next(); }, "truncated varint"));
     // Eleven bytes, or a tenth byte carrying more than the 64th bit.
     std::vector<std::byte> too_long(11, std::byte{0x80});
     too_long.back() = std::byte{0};
     CHECK(hitch_test::throws_corrupt(
-        [&] { (void)wire::varint_reader(too_long.data(), too_long.data() + too_long.size(), "t").next(); },
-        "varint"));
+        [&] { (void)wire::varint_reader(too_long.data(), too_long.data() + too_long.size(), "t").next(); }, "varint"));
     std::vector<std::byte> overflow(10, std::byte{0xff});
     overflow.back() = std::byte{0x02};
     CHECK(hitch_test::throws_corrupt(
@@ -170,8 +169,10 @@ TEST_CASE("a message sealed from a payload CRC computed apart equals one sealed 
     for (auto* m : {&m1, &m2}) {
         hitch::compress::wire::writer w(*m, 200, hitch::dtype::f32, 7, 1000);
         std::memcpy(w.payload(), data.data(), 1000);
-        if (m == &m1) w.finish(1000);
-        else w.finish_with_payload_crc(1000, hitch::crc32c_update(0, data));
+        if (m == &m1)
+            w.finish(1000);
+        else
+            w.finish_with_payload_crc(1000, hitch::crc32c_update(0, data));
     }
     CHECK(m1 == m2);
 }
@@ -196,8 +197,8 @@ TEST_CASE("state blobs: version 2 frame, and version 1 blobs are still read", "[
                                      "test: truncated: 30 of 48 bytes"));
     auto flipped = blob;
     flipped[40] ^= std::byte{1};
-    CHECK(hitch_test::throws_corrupt([&] { (void)wire::open_state(flipped, 7, 100, "test", 1); },
-                                     "corrupt (checksum)"));
+    CHECK(
+        hitch_test::throws_corrupt([&] { (void)wire::open_state(flipped, 7, 100, "test", 1); }, "corrupt (checksum)"));
     auto newer = blob;
     wire::store_le<std::uint32_t>(newer.data() + 8, 3);
     hitch_test::reseal_frame(newer);

@@ -87,9 +87,13 @@ struct comm_base {
     int rank() const { return 0; }
     int size() const { return 1; }
     template <class T>
-    request isend(std::span<const T>, int, int) { return {}; }
+    request isend(std::span<const T>, int, int) {
+        return {};
+    }
     template <class T>
-    request irecv(std::span<T>, int, int) { return {}; }
+    request irecv(std::span<T>, int, int) {
+        return {};
+    }
     hitch::message_info probe(int, int) { return {}; }
     int max_tag() const { return 100; }
     hitch::seconds_f timeout() const { return hitch::seconds_f(1); }
@@ -120,9 +124,13 @@ struct comm_without_deadline {
     int rank() const { return 0; }
     int size() const { return 1; }
     template <class T>
-    request isend(std::span<const T>, int, int) { return {}; }
+    request isend(std::span<const T>, int, int) {
+        return {};
+    }
     template <class T>
-    request irecv(std::span<T>, int, int) { return {}; }
+    request irecv(std::span<T>, int, int) {
+        return {};
+    }
     hitch::message_info probe(int, int) { return {}; }
     int max_tag() const { return 100; }
     std::string_view name() const { return "x"; }

@@ -35,8 +35,8 @@ TEST_CASE("crc32c: standard check value, bitwise definition, streaming, and both
     CHECK(hitch::crc32c_of({}) == 0u);
     std::mt19937 rng(7);
     // Lengths around the three-stream block (3 x 1024 bytes) and the 8-byte steps.
-    for (std::size_t n : {1u, 7u, 8u, 9u, 63u, 3071u, 3072u, 3073u, 4095u, 12287u, 12288u, 12289u, 24576u, 40000u,
-                          100003u}) {
+    for (std::size_t n :
+         {1u, 7u, 8u, 9u, 63u, 3071u, 3072u, 3073u, 4095u, 12287u, 12288u, 12289u, 24576u, 40000u, 100003u}) {
         std::vector<std::byte> data(n);
         for (auto& b : data) b = static_cast<std::byte>(rng());
         const std::uint32_t want = crc32c_bitwise(data);
@@ -58,8 +58,8 @@ TEST_CASE("crc32c: pieces checksummed apart combine into the whole", "[core][crc
     const std::uint32_t whole = hitch::crc32c_update(0xFFFFFFFFu, data);
     for (std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{17}, std::size_t{12288}, std::size_t{49999}}) {
         const auto a = std::span<const std::byte>(data).first(cut), b = std::span<const std::byte>(data).subspan(cut);
-        CHECK((hitch::crc32c_shift_bytes(hitch::crc32c_update(0xFFFFFFFFu, a), b.size()) ^ hitch::crc32c_update(0, b)) ==
-              whole);
+        CHECK((hitch::crc32c_shift_bytes(hitch::crc32c_update(0xFFFFFFFFu, a), b.size()) ^
+               hitch::crc32c_update(0, b)) == whole);
     }
     // Above the parallel threshold (8 MiB) the chunked computation gives the same value.
     std::vector<std::byte> big(std::size_t{9} << 20);

@@ -39,7 +39,10 @@ std::uint16_t half_reference(float f) {
     std::uint16_t lo = 0, hi = 0x7bff;
     while (lo < hi) {
         const std::uint16_t mid = static_cast<std::uint16_t>((lo + hi + 1) / 2);
-        if (half_value(mid) <= a) lo = mid; else hi = static_cast<std::uint16_t>(mid - 1);
+        if (half_value(mid) <= a)
+            lo = mid;
+        else
+            hi = static_cast<std::uint16_t>(mid - 1);
     }
     std::uint16_t best = lo;
     if (lo < 0x7bff || a > 65504.0) {
@@ -57,14 +60,14 @@ TEST_CASE("half: known bit patterns", "[dtype]") {
     CHECK(h(1.0f) == 0x3c00);
     CHECK(h(-2.0f) == 0xc000);
     CHECK(h(0.5f) == 0x3800);
-    CHECK(h(65504.0f) == 0x7bff);                   // largest finite
-    CHECK(h(6.103515625e-05f) == 0x0400);           // smallest normal 2^-14
-    CHECK(h(5.9604644775390625e-08f) == 0x0001);    // smallest subnormal 2^-24
-    CHECK(h(6.097555160522461e-05f) == 0x03ff);     // largest subnormal
+    CHECK(h(65504.0f) == 0x7bff);                 // largest finite
+    CHECK(h(6.103515625e-05f) == 0x0400);         // smallest normal 2^-14
+    CHECK(h(5.9604644775390625e-08f) == 0x0001);  // smallest subnormal 2^-24
+    CHECK(h(6.097555160522461e-05f) == 0x03ff);   // largest subnormal
     CHECK(h(std::numeric_limits<float>::infinity()) == 0x7c00);
     CHECK(h(-std::numeric_limits<float>::infinity()) == 0xfc00);
-    CHECK(h(1e10f) == 0x7c00);                      // overflow
-    CHECK(h(1e-10f) == 0x0000);                     // underflow to zero
+    CHECK(h(1e10f) == 0x7c00);   // overflow
+    CHECK(h(1e-10f) == 0x0000);  // underflow to zero
     CHECK(h(-1e-10f) == 0x8000);
     CHECK(h(0.333333343f) == 0x3555);
     // NaN stays NaN (quiet), sign kept
@@ -133,20 +136,20 @@ TEST_CASE("bfloat16: known bit patterns and rounding", "[dtype]") {
     CHECK(b(std::numeric_limits<float>::infinity()) == 0x7f80);
     CHECK(b(-std::numeric_limits<float>::infinity()) == 0xff80);
     CHECK(b(std::numeric_limits<float>::max()) == 0x7f80);  // rounds up to inf
-    CHECK(b(bits_f(0x7f7f7fffu)) == 0x7f7f);                 // just below the tie: largest finite
-    CHECK(b(bits_f(0x7f7f8000u)) == 0x7f80);                 // tie, odd mantissa -> up to inf
-    CHECK(b(bits_f(0x3f808000u)) == 0x3f80);                 // tie, even -> down
-    CHECK(b(bits_f(0x3f818000u)) == 0x3f82);                 // tie, odd -> up
-    CHECK(b(bits_f(0x3f808001u)) == 0x3f81);                 // above tie -> up
-    CHECK(b(bits_f(0x00000001u)) == 0x0000);                 // smallest float subnormal -> 0
-    CHECK(b(bits_f(0x00008000u)) == 0x0000);                 // tie at subnormal, even -> 0
-    CHECK(b(bits_f(0x00018000u)) == 0x0002);                 // tie, odd -> up
-    CHECK(b(bits_f(0x00010000u)) == 0x0001);                 // smallest bf16 subnormal, exact
-    CHECK(b(bits_f(0x007f0000u)) == 0x007f);                 // largest bf16 subnormal
+    CHECK(b(bits_f(0x7f7f7fffu)) == 0x7f7f);                // just below the tie: largest finite
+    CHECK(b(bits_f(0x7f7f8000u)) == 0x7f80);                // tie, odd mantissa -> up to inf
+    CHECK(b(bits_f(0x3f808000u)) == 0x3f80);                // tie, even -> down
+    CHECK(b(bits_f(0x3f818000u)) == 0x3f82);                // tie, odd -> up
+    CHECK(b(bits_f(0x3f808001u)) == 0x3f81);                // above tie -> up
+    CHECK(b(bits_f(0x00000001u)) == 0x0000);                // smallest float subnormal -> 0
+    CHECK(b(bits_f(0x00008000u)) == 0x0000);                // tie at subnormal, even -> 0
+    CHECK(b(bits_f(0x00018000u)) == 0x0002);                // tie, odd -> up
+    CHECK(b(bits_f(0x00010000u)) == 0x0001);                // smallest bf16 subnormal, exact
+    CHECK(b(bits_f(0x007f0000u)) == 0x007f);                // largest bf16 subnormal
     const std::uint16_t nan = b(std::numeric_limits<float>::quiet_NaN());
     CHECK((nan & 0x7f80) == 0x7f80);
     CHECK((nan & 0x007f) != 0);
-    CHECK((b(bits_f(0x7f800001u)) & 0x007f) != 0);           // NaN whose payload is only in the low bits stays NaN
+    CHECK((b(bits_f(0x7f800001u)) & 0x007f) != 0);  // NaN whose payload is only in the low bits stays NaN
     for (std::uint32_t bits = 0; bits <= 0xffff; ++bits) {
         const auto pattern = static_cast<std::uint16_t>(bits);
         const float f = static_cast<float>(bfloat16::from_bits(pattern));

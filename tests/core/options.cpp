@@ -12,7 +12,8 @@ TEST_CASE("option_validator names owner, field, value and range", "[options]") {
     CHECK_NOTHROW(check.half_open("beta1", 0.9, 0.0, 1.0));
     CHECK_THROWS_WITH(check.half_open("beta1", 1.5, 0.0, 1.0),
                       "hitch::optim::adam: option beta1 = 1.5 is outside the allowed range [0, 1)");
-    CHECK_THROWS_WITH(check.positive("lr", -0.1), "hitch::optim::adam: option lr = -0.1 is outside the allowed range (0, inf)");
+    CHECK_THROWS_WITH(check.positive("lr", -0.1),
+                      "hitch::optim::adam: option lr = -0.1 is outside the allowed range (0, inf)");
     CHECK_THROWS_WITH(check.positive("lr", 0.0), Catch::Contains("lr = 0"));
     CHECK_THROWS_WITH(check.non_negative("weight_decay", -1.0), Catch::Contains("[0, inf)"));
     CHECK_THROWS_WITH(check.closed("k", 11, 1, 10), Catch::Contains("k = 11 is outside the allowed range [1, 10]"));

@@ -8,9 +8,9 @@
 
 #ifdef HITCH_TEST_HAVE_XTENSOR
 #include <xtensor/xarray.hpp>
+#include <xtensor/xstrided_view.hpp>
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>
-#include <xtensor/xstrided_view.hpp>
 #endif
 
 TEST_CASE("tensor_view wraps containers without copying", "[tensor]") {

@@ -8,8 +8,8 @@
 #include "files.hpp"
 
 namespace data = hitch_examples::data;
-using hitch_test::bytes;
 using Catch::Contains;
+using hitch_test::bytes;
 
 namespace {
 

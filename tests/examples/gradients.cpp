@@ -154,8 +154,8 @@ TEST_CASE("conv2d forward matches a direct convolution", "[examples][nn]") {
         const auto& w = m.parameters()[0].value;  // k x kernel x kernel x c
         const auto& bias = m.parameters()[1].value;
         const nn::shape out = m.output_shape();
-        REQUIRE(out == nn::shape{(in.height + 2 * pad - kernel) / stride + 1,
-                                 (in.width + 2 * pad - kernel) / stride + 1, k});
+        REQUIRE(out ==
+                nn::shape{(in.height + 2 * pad - kernel) / stride + 1, (in.width + 2 * pad - kernel) / stride + 1, k});
         std::size_t wrong = 0;
         for (std::size_t b = 0; b < batch; ++b)
             for (std::size_t oh = 0; oh < out.height; ++oh)
@@ -172,7 +172,9 @@ TEST_CASE("conv2d forward matches a direct convolution", "[examples][nn]") {
                                         continue;
                                     sum += w[((o * kernel + r) * kernel + s) * in.channels + c] *
                                            x[((b * in.height + static_cast<std::size_t>(ih)) * in.width +
-                                              static_cast<std::size_t>(iw)) * in.channels + c];
+                                              static_cast<std::size_t>(iw)) *
+                                                 in.channels +
+                                             c];
                                 }
                         const double got = y[((b * out.height + oh) * out.width + ow) * k + o];
                         wrong += std::abs(got - sum) > 1e-12 * (1 + std::abs(sum));

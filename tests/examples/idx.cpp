@@ -11,8 +11,8 @@
 #include "files.hpp"
 
 namespace data = hitch_examples::data;
-using hitch_test::bytes;
 using Catch::Contains;
+using hitch_test::bytes;
 
 namespace {
 
@@ -125,8 +125,9 @@ TEST_CASE("read_idx rejects truncated and corrupt gzip streams", "[examples][dat
 
     // All the data but not the 8-byte trailer (CRC and length): the stream is incomplete.
     hitch_test::write_file(dir / "no-trailer.gz", bytes(gz.begin(), gz.end() - 8));
-    CHECK_THROWS_WITH(data::read_idx(dir / "no-trailer.gz"),
-                      Contains("no-trailer.gz: truncated gzip stream: all 5012 data bytes are there, its 8-byte trailer is cut"));
+    CHECK_THROWS_WITH(
+        data::read_idx(dir / "no-trailer.gz"),
+        Contains("no-trailer.gz: truncated gzip stream: all 5012 data bytes are there, its 8-byte trailer is cut"));
 
     bytes flipped = gz;
     for (std::size_t i = gz.size() / 2; i < gz.size() / 2 + 16; ++i) flipped[i] ^= 0x5a;
@@ -136,7 +137,8 @@ TEST_CASE("read_idx rejects truncated and corrupt gzip streams", "[examples][dat
     bytes bad_crc = gz;
     bad_crc[gz.size() - 6] ^= 0xff;  // inside the CRC-32 of the trailer
     hitch_test::write_file(dir / "bad-crc.gz", bad_crc);
-    CHECK_THROWS_WITH(data::read_idx(dir / "bad-crc.gz"), Contains("bad-crc.gz: damaged gzip stream (incorrect data check)"));
+    CHECK_THROWS_WITH(data::read_idx(dir / "bad-crc.gz"),
+                      Contains("bad-crc.gz: damaged gzip stream (incorrect data check)"));
 }
 
 TEST_CASE("load_mnist pairs images with labels and checks them", "[examples][data][idx]") {

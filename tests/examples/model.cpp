@@ -144,8 +144,10 @@ TEST_CASE("the same seed gives the same model, another seed another; He initiali
     CHECK(sd == Approx(std::sqrt(2.0 / 784)).epsilon(0.01));
     for (float v : a[0].parameters()[1].value) CHECK(v == 0.0f);  // fc1.bias
     for (const auto& q : a[1].parameters()) {
-        if (q.name.ends_with(".gamma")) for (float v : q.value) CHECK(v == 1.0f);
-        if (q.name.ends_with(".beta")) for (float v : q.value) CHECK(v == 0.0f);
+        if (q.name.ends_with(".gamma"))
+            for (float v : q.value) CHECK(v == 1.0f);
+        if (q.name.ends_with(".beta"))
+            for (float v : q.value) CHECK(v == 0.0f);
     }
 }
 

@@ -33,8 +33,8 @@ TEST_CASE("ranks see disjoint equal shards of one permutation per epoch", "[exam
             std::vector<std::size_t> previous_permutation;
             for (int epoch = 0; epoch < 3; ++epoch) {
                 INFO("n " << n << ", ranks " << p << ", epoch " << epoch);
-                const auto permutation = std::vector<std::size_t>(ranks[0].epoch_permutation().begin(),
-                                                                  ranks[0].epoch_permutation().end());
+                const auto permutation =
+                    std::vector<std::size_t>(ranks[0].epoch_permutation().begin(), ranks[0].epoch_permutation().end());
                 auto sorted = permutation;
                 std::sort(sorted.begin(), sorted.end());
                 std::vector<std::size_t> identity(n);

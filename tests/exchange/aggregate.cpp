@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "aggregate_suite.hpp"
 #include "../compress/codecs.hpp"
+#include "aggregate_suite.hpp"
 #include "hitch/comm/local.hpp"
 
 namespace hc = hitch::compress;
@@ -16,13 +16,15 @@ using hitch::comm::run_local;
 using hitch_test::max_abs_bound;
 using hitch_test::qsgd_bound;
 
-TEST_CASE("aggregate: the all-gather path equals decode-then-sum for every codec, 1 to 5 ranks", "[compress][aggregate]") {
+TEST_CASE("aggregate: the all-gather path equals decode-then-sum for every codec, 1 to 5 ranks",
+          "[compress][aggregate]") {
     for (int p = 1; p <= 5; ++p) {
         hitch_test::for_each_codec([&](const auto& codec) {
             using codec_t = std::remove_cvref_t<decltype(codec)>;
             if constexpr (!std::is_same_v<codec_t, hc::powersgd>) {  // powersgd's message needs one rank's P
                 INFO(codec_t::name << " on " << p << " ranks");
-                REQUIRE_NOTHROW(run_local(p, [&](local& comm) { hitch_test::allgather_equals_reference(comm, codec, 1031); }));
+                REQUIRE_NOTHROW(
+                    run_local(p, [&](local& comm) { hitch_test::allgather_equals_reference(comm, codec, 1031); }));
             }
         });
     }
@@ -41,7 +43,8 @@ TEST_CASE("aggregate: additive codecs through the all-reduce equal decode-then-s
     }
 }
 
-TEST_CASE("aggregate: powersgd's two all-reduces equal its primitives called serially", "[compress][aggregate][powersgd]") {
+TEST_CASE("aggregate: powersgd's two all-reduces equal its primitives called serially",
+          "[compress][aggregate][powersgd]") {
     const std::vector<hc::matrix_shape> shapes = {{40, 24}, {16, 1}, {30, 30}};
     for (int p = 1; p <= 5; ++p) {
         INFO(p << " ranks");
@@ -59,7 +62,8 @@ TEST_CASE("aggregate: the compression-aware ring equals its serial simulation, c
             REQUIRE_NOTHROW(run_local(p, [&](local& comm) {
                 hitch_test::ring_matches_references(comm, hc::onebit{}, n, max_abs_bound);
                 hitch_test::ring_matches_references(comm, hc::qsgd{}, n, qsgd_bound(512, 7));
-                hitch_test::ring_matches_references(comm, hc::qsgd({.levels = 3, .group_size = 0}), n, qsgd_bound(0, 3));
+                hitch_test::ring_matches_references(comm, hc::qsgd({.levels = 3, .group_size = 0}), n,
+                                                    qsgd_bound(0, 3));
                 hitch_test::ring_matches_references(comm, hc::terngrad{}, n, max_abs_bound);
                 hitch_test::ring_matches_references(comm, hc::error_feedback<hc::onebit>{}, n, max_abs_bound);
                 hitch_test::ring_matches_references(comm, hc::error_feedback<hc::terngrad>{}, n, max_abs_bound);
@@ -75,8 +79,10 @@ TEST_CASE("aggregate: the ring over unbiased quantisers (no residual at the hops
         REQUIRE_NOTHROW(run_local(p, [&](local& comm) {
             hitch_test::ring_is_unbiased(comm, hc::qsgd{}, 300, 400);
             hitch_test::ring_is_unbiased(comm, hc::terngrad{}, 300, 400);
-            hitch_test::require(hc::make_aggregation_state(hc::qsgd{}, 300).ring_residual.empty(), "qsgd keeps no ring residual");
-            hitch_test::require(!hc::make_aggregation_state(hc::onebit{}, 300).ring_residual.empty(), "onebit keeps one");
+            hitch_test::require(hc::make_aggregation_state(hc::qsgd{}, 300).ring_residual.empty(),
+                                "qsgd keeps no ring residual");
+            hitch_test::require(!hc::make_aggregation_state(hc::onebit{}, 300).ring_residual.empty(),
+                                "onebit keeps one");
         }));
     }
 }
@@ -110,21 +116,28 @@ TEST_CASE("aggregate: a rank with NaN stops every rank promptly and changes no s
         INFO(p << " ranks");
         hitch::comm::local_options quick;
         quick.timeout_s = 20;  // a hang would show as a timeout long before the test's own limit
-        REQUIRE_NOTHROW(run_local(p, [&](local& comm) {
-            hitch_test::failure_reaches_every_rank(comm, hc::error_feedback<hc::threshold>(hc::threshold({.tau = 1e-3f})),
-                                                   999, ef_residual);
-            hitch_test::failure_reaches_every_rank(comm, hc::error_feedback<hc::fp16>{}, 999, ef_residual);
-            hitch_test::failure_reaches_every_rank(comm, hc::error_feedback<hc::onebit>{}, 999, ef_residual);
-            hitch_test::failure_reaches_every_rank(comm, hc::onebit{}, 999, [](const auto& st) { return st.ring_residual; });
-            hitch_test::failure_reaches_every_rank(comm, hc::qsgd{}, 999, [](const auto& st) { return std::vector<std::uint64_t>{st.codec.step}; });
-            hitch_test::failure_reaches_every_rank(comm, hc::dgc({.final_density = 0.01}), 999,
-                                                   [](const auto& st) { return st.codec.v; });
-            hitch_test::failure_reaches_every_rank(comm, hc::powersgd{}, 999, [](const auto& st) { return st.codec.residual; });
-        }, quick));
+        REQUIRE_NOTHROW(run_local(
+            p,
+            [&](local& comm) {
+                hitch_test::failure_reaches_every_rank(
+                    comm, hc::error_feedback<hc::threshold>(hc::threshold({.tau = 1e-3f})), 999, ef_residual);
+                hitch_test::failure_reaches_every_rank(comm, hc::error_feedback<hc::fp16>{}, 999, ef_residual);
+                hitch_test::failure_reaches_every_rank(comm, hc::error_feedback<hc::onebit>{}, 999, ef_residual);
+                hitch_test::failure_reaches_every_rank(comm, hc::onebit{}, 999,
+                                                       [](const auto& st) { return st.ring_residual; });
+                hitch_test::failure_reaches_every_rank(
+                    comm, hc::qsgd{}, 999, [](const auto& st) { return std::vector<std::uint64_t>{st.codec.step}; });
+                hitch_test::failure_reaches_every_rank(comm, hc::dgc({.final_density = 0.01}), 999,
+                                                       [](const auto& st) { return st.codec.v; });
+                hitch_test::failure_reaches_every_rank(comm, hc::powersgd{}, 999,
+                                                       [](const auto& st) { return st.codec.residual; });
+            },
+            quick));
     }
 }
 
-TEST_CASE("aggregate: ranks with different bucket sizes get mismatch_error, on every path", "[compress][aggregate][failure]") {
+TEST_CASE("aggregate: ranks with different bucket sizes get mismatch_error, on every path",
+          "[compress][aggregate][failure]") {
     auto mismatched = [](const auto& codec) {
         bool all_mismatch = true;
         try {
@@ -136,8 +149,7 @@ TEST_CASE("aggregate: ranks with different bucket sizes get mismatch_error, on e
                 try {
                     hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket));
                     all_mismatch = false;
-                } catch (const hitch::mismatch_error&) {
-                }
+                } catch (const hitch::mismatch_error&) {}
             });
         } catch (...) {
             all_mismatch = false;

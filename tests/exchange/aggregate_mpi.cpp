@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "aggregate_suite.hpp"
 #include "../compress/codecs.hpp"
+#include "aggregate_suite.hpp"
 #include "hitch/allreduce/native.hpp"
 #include "hitch/comm/mpi.hpp"
 

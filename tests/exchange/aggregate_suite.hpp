@@ -18,13 +18,13 @@
 
 #include <bit>
 
+#include "../compress/helpers.hpp"
 #include "hitch/allreduce/group.hpp"
 #include "hitch/allreduce/partition.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/powersgd.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/exchange/aggregate.hpp"
-#include "../compress/helpers.hpp"
 
 namespace hitch_test {
 
@@ -56,8 +56,8 @@ typename Codec::state state_for_rank(const Codec& codec, std::size_t n, int rank
 
 /// Sum over virtual ranks of decode(encode(g_r)), each rank's encode with its own persistent state.
 template <class Codec>
-std::vector<float> decode_then_sum(const Codec& codec, std::vector<typename Codec::state>& states, std::size_t n, int step,
-                                   bool exact) {
+std::vector<float> decode_then_sum(const Codec& codec, std::vector<typename Codec::state>& states, std::size_t n,
+                                   int step, bool exact) {
     std::vector<float> ref(n, 0.0f);
     std::vector<std::byte> m;
     for (std::size_t r = 0; r < states.size(); ++r) {
@@ -78,13 +78,15 @@ void set_step(State& s, std::uint64_t step) {
 /// codec's error bound for that hop's input (bound(chunk values) gives one bound per element of a chunk).
 template <class Codec, class Bound = std::nullptr_t>
 std::vector<float> simulate_ring(const Codec& codec, const std::vector<std::vector<float>>& inputs,
-                                 std::vector<std::vector<float>>& residuals, std::uint64_t call, Bound&& bound = nullptr,
-                                 std::vector<double>* hop_bound = nullptr) {
+                                 std::vector<std::vector<float>>& residuals, std::uint64_t call,
+                                 Bound&& bound = nullptr, std::vector<double>* hop_bound = nullptr) {
     using hop_t = typename hc::detail::ring_codec<Codec>::type;
     constexpr bool feedback = hc::ring_hop_feedback<Codec>;
     const hop_t& hop = [&]() -> const hop_t& {
-        if constexpr (hc::detail::is_error_feedback<Codec>::value) return codec.inner();
-        else return codec;
+        if constexpr (hc::detail::is_error_feedback<Codec>::value)
+            return codec.inner();
+        else
+            return codec;
     }();
     const int p = static_cast<int>(inputs.size());
     const std::size_t n = inputs[0].size();
@@ -111,7 +113,8 @@ std::vector<float> simulate_ring(const Codec& codec, const std::vector<std::vect
             hop.encode_ef(hitch::tensor_view<const float>(values, b.count),
                           std::span<const float>(residuals[r].data() + b.offset, b.count),
                           std::span<float>(next_res[r].data() + b.offset, b.count), states[r][cc], out);
-        else hop.encode(hitch::tensor_view<const float>(values, b.count), states[r][cc], out);
+        else
+            hop.encode(hitch::tensor_view<const float>(values, b.count), states[r][cc], out);
     };
     std::vector<std::vector<std::byte>> msg(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) encode(r, r, inputs[r].data() + chunk(r).offset, msg[r]);
@@ -144,8 +147,7 @@ inline bool same_values(const std::vector<float>& a, const std::vector<float>& b
 
 inline std::string describe_difference(const std::vector<float>& got, const std::vector<float>& want) {
     for (std::size_t i = 0; i < got.size(); ++i)
-        if (got[i] != want[i])
-            return hitch::detail::concat("element ", i, ": got ", got[i], ", want ", want[i]);
+        if (got[i] != want[i]) return hitch::detail::concat("element ", i, ": got ", got[i], ", want ", want[i]);
     return "sizes differ";
 }
 
@@ -162,7 +164,7 @@ void allgather_equals_reference(C& comm, const Codec& codec, std::size_t n, int 
         const auto stats = hc::aggregate_allgather(g, codec, st, hitch::tensor_view<float>(bucket));
         const auto ref = decode_then_sum(codec, ref_states, n, t, false);
         require(same_values(bucket, ref), hitch::detail::concat(Codec::name, " allgather, p = ", p, ", step ", t, ": ",
-                                                             describe_difference(bucket, ref)));
+                                                                describe_difference(bucket, ref)));
         require(stats.path == hc::aggregation_path::allgather, "path");
     }
 }
@@ -184,8 +186,8 @@ void allreduce_equals_reference(C& comm, const Codec& codec, std::size_t n, doub
         require(stats.path == hc::aggregation_path::allreduce, "path");
         const auto ref = decode_then_sum(codec, ref_states, n, t, exact);
         if (exact) {
-            require(same_values(bucket, ref), hitch::detail::concat(Codec::name, " allreduce (exact data), p = ", p, ": ",
-                                                                 describe_difference(bucket, ref)));
+            require(same_values(bucket, ref), hitch::detail::concat(Codec::name, " allreduce (exact data), p = ", p,
+                                                                    ": ", describe_difference(bucket, ref)));
         } else {
             std::vector<float> magnitude(n, 0.0f), one(n);
             std::vector<std::byte> m;
@@ -208,7 +210,8 @@ void allreduce_equals_reference(C& comm, const Codec& codec, std::size_t n, doub
 /// aggregate() over powersgd equals its primitives called serially (P and Q summed in rank order), to float
 /// reassociation of the sums.
 template <hitch::communicator C>
-void low_rank_equals_reference(C& comm, const hc::powersgd& codec, std::span<const hc::matrix_shape> shapes, std::size_t n) {
+void low_rank_equals_reference(C& comm, const hc::powersgd& codec, std::span<const hc::matrix_shape> shapes,
+                               std::size_t n) {
     hitch::allreduce::group g(comm);
     const int p = comm.size(), me = comm.rank();
     auto st = hc::make_aggregation_state(codec, codec.make_state(n, shapes), n);
@@ -263,16 +266,20 @@ void ring_matches_references(C& comm, const Codec& codec, std::size_t n, Bound&&
         const auto stats = hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket));
         require(stats.path == hc::aggregation_path::compressed_ring, "path");
         std::vector<double> hop_bound;
-        const auto sim = simulate_ring(codec, inputs, residuals, static_cast<std::uint64_t>(t), per_element_bound, &hop_bound);
+        const auto sim =
+            simulate_ring(codec, inputs, residuals, static_cast<std::uint64_t>(t), per_element_bound, &hop_bound);
         require(same_values(bucket, sim), hitch::detail::concat(Codec::name, " ring, p = ", p, ", step ", t, ": ",
-                                                               describe_difference(bucket, sim)));
+                                                                describe_difference(bucket, sim)));
         std::vector<double> ring_error(n, 0.0);  // a bound on |ring - sum of inputs|
         if constexpr (feedback) {
             const auto& mine_res = [&]() -> const std::vector<float>& {
-                if constexpr (hc::detail::is_error_feedback<Codec>::value) return st.codec.residual;
-                else return st.ring_residual;
+                if constexpr (hc::detail::is_error_feedback<Codec>::value)
+                    return st.codec.residual;
+                else
+                    return st.ring_residual;
             }();
-            require(same_values(mine_res, residuals[static_cast<std::size_t>(me)]), "ring residual equals the simulation's");
+            require(same_values(mine_res, residuals[static_cast<std::size_t>(me)]),
+                    "ring residual equals the simulation's");
             // Conservation, with the rounding of 2 p additions per element bounded by the magnitudes involved.
             for (std::size_t i = 0; i < n; ++i) {
                 double lhs = 0, rhs = bucket[i], scale = std::fabs(bucket[i]);
@@ -379,7 +386,8 @@ void failure_reaches_every_rank(C& comm, const Codec& codec, std::size_t n, Resi
     bucket = data_of(n, 2, me, false);
     hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket));
     const auto all = hitch::comm::allgather_value(comm, bucket[n / 3]);
-    for (float x : all) require(std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(all[0]), "same result everywhere");
+    for (float x : all)
+        require(std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(all[0]), "same result everywhere");
 }
 
 }  // namespace hitch_test

@@ -43,19 +43,23 @@ TEST_CASE("adam kernel is the documented float operation order, bit for bit", "[
         float_model m({999, 2}, 41);
         const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, lr = 1e-3f;
         std::vector<std::vector<float>> w = m.params, mm, vv, vmax;
-        for (auto& x : w) mm.emplace_back(x.size(), 0.0f), vv.emplace_back(x.size(), 0.0f), vmax.emplace_back(x.size(), 0.0f);
+        for (auto& x : w)
+            mm.emplace_back(x.size(), 0.0f), vv.emplace_back(x.size(), 0.0f), vmax.emplace_back(x.size(), 0.0f);
         auto run = [&](auto& opt) {
             for (int t = 1; t <= 20; ++t) {
                 m.fill_gradients(3, static_cast<std::uint64_t>(t));
                 opt.step(lr);
-                const float a = static_cast<float>(static_cast<double>(lr) / (1.0 - std::pow(static_cast<double>(b1), t)));
+                const float a =
+                    static_cast<float>(static_cast<double>(lr) / (1.0 - std::pow(static_cast<double>(b1), t)));
                 const float q = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)));
                 const float k = static_cast<float>(1.0 - static_cast<double>(lr) * static_cast<double>(wd));
                 for (std::size_t j = 0; j < w.size(); ++j)
                     for (std::size_t i = 0; i < w[j].size(); ++i) {
                         float p = w[j][i], d = m.grads[j][i];
-                        if (decoupled) p = fmul(p, k);
-                        else d = fadd(d, fmul(wd, p));
+                        if (decoupled)
+                            p = fmul(p, k);
+                        else
+                            d = fadd(d, fmul(wd, p));
                         d = fmul(1.0f, d);
                         mm[j][i] = fadd(fmul(b1, mm[j][i]), fmul(1.0f - b1, d));
                         vv[j][i] = fadd(fmul(b2, vv[j][i]), fmul(1.0f - b2, fmul(d, d)));

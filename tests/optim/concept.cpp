@@ -26,7 +26,9 @@ struct good {
     const options_type& options() const { return o_; }
     static constexpr std::string_view name = "good";
     template <hitch::device D>
-    no_state make_state(D&, std::size_t) const { return {}; }
+    no_state make_state(D&, std::size_t) const {
+        return {};
+    }
     void step(const hitch::layer&, no_state&, float, const hitch::parallel_options&) const {}
     options_type o_;
 };
@@ -36,7 +38,9 @@ struct missing_options {  // no options_type
     using state_type = no_state;
     static constexpr std::string_view name = "x";
     template <hitch::device D>
-    no_state make_state(D&, std::size_t) const { return {}; }
+    no_state make_state(D&, std::size_t) const {
+        return {};
+    }
     void step(const hitch::layer&, no_state&, float, const hitch::parallel_options&) const {}
 };
 
@@ -66,7 +70,9 @@ struct missing_buffers : good {
     template <hitch::device D>
     using state_type = state_without_buffers;
     template <hitch::device D>
-    state_without_buffers make_state(D&, std::size_t) const { return {}; }
+    state_without_buffers make_state(D&, std::size_t) const {
+        return {};
+    }
     void step(const hitch::layer&, state_without_buffers&, float, const hitch::parallel_options&) const {}
 };
 
@@ -95,7 +101,9 @@ struct missing_step {
     const options_type& options() const { return o_; }
     static constexpr std::string_view name = "x";
     template <hitch::device D>
-    no_state make_state(D&, std::size_t) const { return {}; }
+    no_state make_state(D&, std::size_t) const {
+        return {};
+    }
     options_type o_;
 };
 

@@ -9,13 +9,12 @@ using namespace hitch_test;
 namespace optim = hitch::optim;
 
 TEST_CASE("lamb follows You et al. 2019 Algorithm 2 over 150 steps, with excluded layers", "[optim][lamb]") {
-    const std::vector<hitch::layer_flags> flags = {{}, {}, hitch::layer_flags::bias_or_norm(), {true, false},
-                                                   {false, true}, {}};
+    const std::vector<hitch::layer_flags> flags = {
+        {}, {}, hitch::layer_flags::bias_or_norm(), {true, false}, {false, true}, {}};
     for (const bool bias_correction : {true, false})
         for (const float wd : {0.0f, 0.01f}) {
             float_model m(sweep_sizes(), 61, flags);
-            optim::model_optimizer<optim::lamb> opt({.weight_decay = wd, .bias_correction = bias_correction},
-                                                    m.layers);
+            optim::model_optimizer<optim::lamb> opt({.weight_decay = wd, .bias_correction = bias_correction}, m.layers);
             std::vector<lamb_ref> refs;
             for (const auto& f : flags) {
                 lamb_ref r;

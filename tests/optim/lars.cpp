@@ -8,10 +8,9 @@
 using namespace hitch_test;
 namespace optim = hitch::optim;
 
-TEST_CASE("lars<momentum> follows You et al. 2017 Algorithm 1 over 150 steps, with excluded layers",
-          "[optim][lars]") {
-    const std::vector<hitch::layer_flags> flags = {{}, hitch::layer_flags::bias_or_norm(), {}, {true, false},
-                                                   {false, true}, {}};
+TEST_CASE("lars<momentum> follows You et al. 2017 Algorithm 1 over 150 steps, with excluded layers", "[optim][lars]") {
+    const std::vector<hitch::layer_flags> flags = {
+        {}, hitch::layer_flags::bias_or_norm(), {}, {true, false}, {false, true}, {}};
     for (const float wd : {0.0f, 5e-4f}) {
         float_model m(sweep_sizes(), 43, flags);
         const float eta = 0.01f, mu = 0.9f, lr = 0.5f;
@@ -74,8 +73,8 @@ TEST_CASE("lars kernel is the documented float operation order, bit for bit", "[
     // 10000 elements span several norm blocks; the norm order is replayed here in double.
     float_model m({10000, 3}, 53);
     const float eta = 0.001f, wd = 1e-4f, mu = 0.9f, lr = 2.0f;
-    optim::model_optimizer<optim::lars_sgd> opt({.base = {.momentum = mu}, .trust_coefficient = eta, .weight_decay = wd},
-                                                m.layers);
+    optim::model_optimizer<optim::lars_sgd> opt(
+        {.base = {.momentum = mu}, .trust_coefficient = eta, .weight_decay = wd}, m.layers);
     const auto norm = documented_norm;
     std::vector<std::vector<float>> w = m.params, vel;
     for (auto& x : w) vel.emplace_back(x.size(), 0.0f);

@@ -71,7 +71,6 @@ TEST_CASE("momentum options are validated", "[optim][momentum]") {
     CHECK_THROWS_WITH(optim::momentum({.momentum = -0.1f}), Catch::Contains("momentum = -0.1"));
     CHECK_THROWS_WITH(optim::momentum({.dampening = 1.5f}), Catch::Contains("dampening = 1.5"));
     CHECK_THROWS_WITH(optim::momentum({.weight_decay = -1e-4f}), Catch::Contains("weight_decay"));
-    CHECK_THROWS_WITH(optim::momentum({.momentum = 0.0f, .nesterov = true}),
-                      Catch::Contains("when nesterov is set"));
+    CHECK_THROWS_WITH(optim::momentum({.momentum = 0.0f, .nesterov = true}), Catch::Contains("when nesterov is set"));
     CHECK_THROWS_WITH(optim::momentum({.dampening = 0.1f, .nesterov = true}), Catch::Contains("dampening = 0.1"));
 }

@@ -105,8 +105,10 @@ struct adam_ref {
         const double bc2 = 1 - std::pow(b2, static_cast<double>(t));
         for (std::size_t i = 0; i < w.size(); ++i) {
             double d = g[i];
-            if (decoupled) w[i] *= 1 - lr * wd;
-            else d += wd * w[i];
+            if (decoupled)
+                w[i] *= 1 - lr * wd;
+            else
+                d += wd * w[i];
             m[i] = b1 * m[i] + (1 - b1) * d;
             v[i] = b2 * v[i] + (1 - b2) * d * d;
             vmax[i] = std::max(vmax[i], v[i]);

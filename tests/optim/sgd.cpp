@@ -13,7 +13,8 @@ TEST_CASE("sgd follows the published rule over 150 steps for every layer shape",
         float_model m(sweep_sizes(), 11);
         optim::model_optimizer<optim::sgd> opt({.weight_decay = wd}, m.layers);
         std::vector<sgd_ref> refs(m.layers.size(), sgd_ref{wd});
-        const double err = trajectory_error(opt, m, refs, 150, 5, [](int t) { return 0.05f / (1.0f + 0.01f * static_cast<float>(t)); });
+        const double err = trajectory_error(opt, m, refs, 150, 5,
+                                            [](int t) { return 0.05f / (1.0f + 0.01f * static_cast<float>(t)); });
         INFO("weight decay " << wd);
         CHECK(err < 1e-5);
         CHECK(opt.state(1).steps == 150);

@@ -44,8 +44,7 @@ void resume_is_exact(const typename O::options_type& options) {
     }
     float_model resumed(sizes, 0, flags);
     resumed.params = first.params;  // the parameters travel in the model checkpoint, not in the optimizer state
-    for (std::size_t k = 0; k < sizes.size(); ++k)
-        resumed.layers[k].params = hitch::view(resumed.params[k]);
+    for (std::size_t k = 0; k < sizes.size(); ++k) resumed.layers[k].params = hitch::view(resumed.params[k]);
     optim::model_optimizer<O> c(options, resumed.layers);
     c.load(saved);
     CHECK(c.state(2).steps == static_cast<std::uint64_t>(n));
@@ -107,7 +106,8 @@ TEST_CASE("loading a corrupt or truncated state throws corrupt_message_error and
     CHECK_THROWS_WITH(load(good.substr(0, good.size() - 9)),
                       Catch::Contains("truncated: " + std::to_string(good.size() - 9) + " of " + size + " bytes"));
     CHECK_THROWS_WITH(load(good.substr(0, 30)), Catch::Contains("truncated: 30 of " + size + " bytes"));
-    CHECK_THROWS_WITH(load(good.substr(0, 10)), Catch::Contains("truncated: 10 bytes, shorter than the 24-byte header"));
+    CHECK_THROWS_WITH(load(good.substr(0, 10)),
+                      Catch::Contains("truncated: 10 bytes, shorter than the 24-byte header"));
     CHECK_THROWS_AS(load(""), hitch::corrupt_message_error);
     CHECK(opt.state(1).m.data()[3] == m0);
     CHECK(opt.state(1).steps == steps0);
@@ -115,8 +115,7 @@ TEST_CASE("loading a corrupt or truncated state throws corrupt_message_error and
     CHECK(opt.state(1).steps == 1);
 }
 
-TEST_CASE("loading another optimizer's or another model's state throws mismatch_error naming both",
-          "[optim][state]") {
+TEST_CASE("loading another optimizer's or another model's state throws mismatch_error naming both", "[optim][state]") {
     float_model m({10, 20}, 5);
     optim::model_optimizer<optim::adam> opt({}, m.layers);
     auto load = [&](const std::string& bytes) {

@@ -112,8 +112,9 @@ TEST_CASE("a checkpoint of format version 1, written by the first release, still
     CHECK(std::string(reinterpret_cast<const char*>(b.data()), b.size()) == "bravo bravo");
     CHECK(r.section("empty").empty());
     for (std::size_t n = 0; n < old.size(); ++n)
-        REQUIRE_THROWS_AS(checkpoint_reader(std::vector<std::byte>(old.begin(), old.begin() + static_cast<std::ptrdiff_t>(n)), "cut"),
-                          hitch::corrupt_message_error);
+        REQUIRE_THROWS_AS(
+            checkpoint_reader(std::vector<std::byte>(old.begin(), old.begin() + static_cast<std::ptrdiff_t>(n)), "cut"),
+            hitch::corrupt_message_error);
     // Written again, it is version 2 with the same sections.
     checkpoint_writer w;
     for (const auto& name : r.names()) {

@@ -3,10 +3,11 @@
 // resumes bit for bit (codec state: residuals, ring residuals, PowerSGD's Q, DGC's momentum).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
-#include <unistd.h>
 
+#include "../comm/suite.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/compress/bf16.hpp"
 #include "hitch/compress/dgc.hpp"
@@ -21,7 +22,6 @@
 #include "hitch/compress/topk.hpp"
 #include "hitch/optim/sgd.hpp"
 #include "hitch/train/data_parallel.hpp"
-#include "../comm/suite.hpp"
 
 using hitch::comm::local;
 using hitch::comm::run_local;
@@ -44,7 +44,8 @@ struct quadratic {
     void gradients(int rank, int p, int step) {
         const float sign = (rank % 2 == 0 ? 1.0f : -1.0f) * (p % 2 == 0 ? 1.0f : 0.0f);
         for (std::size_t i = 0; i < w1.size(); ++i)
-            g1[i] = w1[i] - target(i) + 0.1f * sign * std::cos(static_cast<float>(i * 7 + static_cast<std::size_t>(step)));
+            g1[i] =
+                w1[i] - target(i) + 0.1f * sign * std::cos(static_cast<float>(i * 7 + static_cast<std::size_t>(step)));
         for (std::size_t i = 0; i < w2.size(); ++i) g2[i] = w2[i] - target(i + 1000);
     }
     [[nodiscard]] double loss() const {
@@ -79,7 +80,7 @@ void check_codec(Codec codec, double lr, double max_loss_fraction) {
         return std::make_tuple(dp.parameter_hash(), q.loss(), initial);
     };
     const auto straight = run_local(2, [&](local& comm) { return run(comm, 0, steps, false, false); });
-    CHECK(std::get<0>(straight[0]) == std::get<0>(straight[1]));  // replicas bit-identical
+    CHECK(std::get<0>(straight[0]) == std::get<0>(straight[1]));                     // replicas bit-identical
     CHECK(std::get<1>(straight[0]) < max_loss_fraction * std::get<2>(straight[0]));  // it trains
     (void)run_local(2, [&](local& comm) { return run(comm, 0, half, true, false); });
     const auto resumed = run_local(2, [&](local& comm) { return run(comm, half, steps, false, true); });
@@ -123,5 +124,7 @@ TEST_CASE("every codec trains through data_parallel, keeps replicas identical an
         k.density = 0.25;  // unbiased scaling by 1/density multiplies the variance: a small rate
         check_codec(compress::randomk(k), 0.05, 0.5);
     }
-    SECTION("powersgd (two all-reduces, the weight as a 24 x 32 matrix)") { check_codec(compress::powersgd{}, 0.2, 0.05); }
+    SECTION("powersgd (two all-reduces, the weight as a 24 x 32 matrix)") {
+        check_codec(compress::powersgd{}, 0.2, 0.05);
+    }
 }

@@ -3,16 +3,17 @@
 // mixed precision.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <numeric>
 #include <random>
-#include <fstream>
 #include <sstream>
-#include <unistd.h>
 
+#include "../comm/suite.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/compress/error_feedback.hpp"
 #include "hitch/compress/fp16.hpp"
@@ -22,7 +23,6 @@
 #include "hitch/sync/hard.hpp"
 #include "hitch/sync/local_sgd.hpp"
 #include "hitch/train/data_parallel.hpp"
-#include "../comm/suite.hpp"
 
 using hitch::comm::local;
 using hitch::comm::run_local;
@@ -32,8 +32,10 @@ namespace {
 
 /// Exactly representable gradients (multiples of 1/8 in [-1, 1]), so sums over ranks are exact in float.
 float grad_value(int rank, std::uint64_t step, std::size_t layer, std::size_t i) {
-    return static_cast<float>((rank * 7 + static_cast<int>(step) * 3 + static_cast<int>(layer) * 5 +
-                               static_cast<int>(i % 1009)) % 17 - 8) / 8.0f;
+    return static_cast<float>(
+               (rank * 7 + static_cast<int>(step) * 3 + static_cast<int>(layer) * 5 + static_cast<int>(i % 1009)) % 17 -
+               8) /
+           8.0f;
 }
 
 struct toy_model {
@@ -122,7 +124,8 @@ TEST_CASE("hard sync equals SGD on the averaged gradient, whatever the bucket pl
                             const float want = ref.w[k][i];
                             const float got = m.w[k][i];
                             // p = 3 divides inexactly, and the all-reduce may compute the mean as sum * (1/3).
-                            const bool ok = p == 3 ? std::abs(got - want) <= 1e-6f * (1.0f + std::abs(want)) : got == want;
+                            const bool ok =
+                                p == 3 ? std::abs(got - want) <= 1e-6f * (1.0f + std::abs(want)) : got == want;
                             if (!ok)
                                 expect(false, "layer " + std::to_string(k) + " element " + std::to_string(i) + ": " +
                                                   std::to_string(got) + " != " + std::to_string(want));
@@ -144,7 +147,8 @@ TEST_CASE("replicas under hard sync stay bitwise identical, checked by the repli
         for (int s = 0; s < 5; ++s) {
             // Gradients with inexact means (thirds), so only a bit-identical all-reduce keeps replicas equal.
             for (auto& g : m.g)
-                for (std::size_t i = 0; i < g.size(); ++i) g[i] = std::sin(static_cast<float>(i * (comm.rank() + 1) + s));
+                for (std::size_t i = 0; i < g.size(); ++i)
+                    g[i] = std::sin(static_cast<float>(i * (comm.rank() + 1) + s));
             dp.step();
         }
         return dp.parameter_hash();
@@ -192,8 +196,9 @@ TEST_CASE("ranks with different layers get mismatch_error naming the ranks and l
         return std::string("no error");
     });
     for (const auto& m : messages)
-        CHECK(m == "hitch::data_parallel: ranks have different layers: layer 1: rank 0 has 'layer1' (20 x float), "
-                   "rank 1 has 'layer1' (20 x float), rank 2 has 'layer1' (21 x float)");
+        CHECK(m ==
+              "hitch::data_parallel: ranks have different layers: layer 1: rank 0 has 'layer1' (20 x float), "
+              "rank 1 has 'layer1' (20 x float), rank 2 has 'layer1' (21 x float)");
 
     const auto counts = run_local(2, [](local& comm) {
         toy_model m(comm.rank() == 0 ? std::vector<std::size_t>{4, 4} : std::vector<std::size_t>{4, 4, 4});
@@ -205,8 +210,7 @@ TEST_CASE("ranks with different layers get mismatch_error naming the ranks and l
         }
         return std::string("no error");
     });
-    for (const auto& m : counts)
-        CHECK(m == "hitch::data_parallel: number of layers: rank 0 has 2, rank 1 has 3");
+    for (const auto& m : counts) CHECK(m == "hitch::data_parallel: number of layers: rank 0 has 2, rank 1 has 3");
 }
 
 TEST_CASE("a layer that never got gradient_ready is an error naming it, not a hang", "[train][data_parallel]") {
@@ -403,7 +407,8 @@ TEST_CASE("lossless codecs through data_parallel equal the uncompressed exchange
     }));
 }
 
-TEST_CASE("checkpoint: 2N steps equal N steps, save, load into a new object, N steps", "[train][data_parallel][checkpoint]") {
+TEST_CASE("checkpoint: 2N steps equal N steps, save, load into a new object, N steps",
+          "[train][data_parallel][checkpoint]") {
     using dp_t = hitch::data_parallel<hitch::optim::momentum, hitch::compress::error_feedback<hitch::compress::topk>>;
     const auto dir = scratch_dir();
     const int n = 4;
@@ -530,7 +535,8 @@ TEST_CASE("mixed precision: FP16 parameters follow FP32 masters stepped on the a
             for (int s = 0; s < 10; ++s)
                 for (std::size_t i = 0; i < sizes[k]; ++i) {
                     const float avg = (grad_value(0, static_cast<std::uint64_t>(s), k, i) +
-                                       grad_value(1, static_cast<std::uint64_t>(s), k, i)) / 2.0f;
+                                       grad_value(1, static_cast<std::uint64_t>(s), k, i)) /
+                                      2.0f;
                     ref[k][i] -= 1e-3f * avg;
                 }
             for (std::size_t i = 0; i < sizes[k]; ++i)

@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
     for (int s = from; s < to; ++s) {
         for (std::size_t k = 0; k < g.size(); ++k)
             for (std::size_t i = 0; i < g[k].size(); ++i)
-                g[k][i] = dp.loss_scale() * std::cos(static_cast<float>(i * (comm.rank() + 2) + k) + 0.37f * static_cast<float>(s));
+                g[k][i] = dp.loss_scale() *
+                          std::cos(static_cast<float>(i * (comm.rank() + 2) + k) + 0.37f * static_cast<float>(s));
         if (s == 2 && comm.rank() == 1) g[1][5] = INFINITY;  // one skipped step in the first half
         dp.step();
     }

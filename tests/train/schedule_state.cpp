@@ -2,6 +2,7 @@
 // resumed run continues where the saved one stopped; a checkpoint without that section keeps the current state.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -9,15 +10,14 @@
 #include <memory>
 #include <span>
 #include <string_view>
-#include <unistd.h>
 #include <vector>
 
+#include "../comm/suite.hpp"
 #include "hitch/allreduce/ring.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/optim/sgd.hpp"
 #include "hitch/train/data_parallel.hpp"
 #include "hitch/train/stateful_schedule.hpp"
-#include "../comm/suite.hpp"
 
 using hitch::comm::local;
 using hitch::comm::run_local;

@@ -110,21 +110,27 @@ int main(int argc, char** argv) {
             std::vector<std::string> order;
             for (const auto& [key, value] : j.items()) {
                 const auto it = all.find(key);
-                if (it == all.end()) problem(where + "key '" + key + "' is not listed for the " + kind + " line in docs/metrics.md");
-                else if (it->second.reserved) problem(where + "key '" + key + "' is emitted but listed as reserved");
+                if (it == all.end())
+                    problem(where + "key '" + key + "' is not listed for the " + kind + " line in docs/metrics.md");
+                else if (it->second.reserved)
+                    problem(where + "key '" + key + "' is emitted but listed as reserved");
                 else if (!has_type(value, it->second.type))
-                    problem(where + "key '" + key + "' is " + value.dump() + ", not of the listed type " + it->second.type);
-                else order.push_back(key);
+                    problem(where + "key '" + key + "' is " + value.dump() + ", not of the listed type " +
+                            it->second.type);
+                else
+                    order.push_back(key);
             }
             std::vector<std::string> want;
             for (const auto& k : expected) {
                 want.push_back(k.key);
-                if (!j.contains(k.key)) problem(where + "listed key '" + k.key + "' of the " + kind + " line is not emitted");
+                if (!j.contains(k.key))
+                    problem(where + "listed key '" + k.key + "' of the " + kind + " line is not emitted");
             }
             if (order != want && problems == 0) problem(where + "the keys are not in the listed order: " + text);
         }
         if (lines == 0) problem(file + ": no " + kind + " lines to check");
-        std::cout << kind << ": " << lines << " lines of " << file << " checked against " << expected.size() << " keys\n";
+        std::cout << kind << ": " << lines << " lines of " << file << " checked against " << expected.size()
+                  << " keys\n";
     }
     return problems == 0 ? 0 : 1;
 }

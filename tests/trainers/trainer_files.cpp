@@ -30,7 +30,8 @@ int write_cifar(const std::filesystem::path& dir, int records) {
             for (int c = 0; c < 3; ++c)
                 for (int i = 0; i < 1024; ++i) {
                     const int signal = ((i / 32 + i % 32 + c * 7) % 10 == label) ? 180 : 40;
-                    record[static_cast<std::size_t>(1 + c * 1024 + i)] = static_cast<unsigned char>(signal + static_cast<int>(rng() % 40));
+                    record[static_cast<std::size_t>(1 + c * 1024 + i)] =
+                        static_cast<unsigned char>(signal + static_cast<int>(rng() % 40));
                 }
             out.write(reinterpret_cast<const char*>(record.data()), static_cast<std::streamsize>(record.size()));
         }
@@ -59,7 +60,8 @@ int inflated(const char* path) {
     if (f == nullptr) return 1;
     std::vector<char> buffer(1 << 20);
     unsigned long long total = 0;
-    for (int got; (got = gzread(f, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0;) total += static_cast<unsigned>(got);
+    for (int got; (got = gzread(f, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0;)
+        total += static_cast<unsigned>(got);
     gzclose(f);
     std::printf("%llu\n", total);
     return 0;
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
         return ec ? 1 : copy(argv[2], argv[3], size, std::strtoull(argv[4], nullptr, 10));
     }
     if (what == "inflated" && argc == 3) return inflated(argv[2]);
-    std::fprintf(stderr, "usage: %s cifar DIR RECORDS | cut SRC DST BYTES | damage SRC DST AT | inflated FILE\n", argv[0]);
+    std::fprintf(stderr, "usage: %s cifar DIR RECORDS | cut SRC DST BYTES | damage SRC DST AT | inflated FILE\n",
+                 argv[0]);
     return 2;
 }

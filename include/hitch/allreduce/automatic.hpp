@@ -138,8 +138,10 @@ public:
 
     /// The candidates in the order choose() weighs them (native last).
     static constexpr std::array<std::string_view, automatic_profile::candidates> candidate_names{
-        recursive_doubling::name, ring::name,        rabenseifner::name, binary_tree::name, double_binary_tree::name,
-        parameter_server::name,   std::string_view("native")};
+        recursive_doubling::name,  ring::name,
+        rabenseifner::name,        binary_tree::name,
+        double_binary_tree::name,  parameter_server::name,
+        std::string_view("native")};
 
     template <communicator C, floating_element T>
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
@@ -223,7 +225,8 @@ private:
                 if (!options_.constants)
                     if (auto it = state.cache.find(profile_key); it != state.cache.end())
                         prof = static_cast<const automatic_profile*>(it->second.get());
-                const int hit = static_cast<const memo_type*>(memo->second.get())->find(options_, t.size(), n_bytes, k, prof);
+                const int hit =
+                    static_cast<const memo_type*>(memo->second.get())->find(options_, t.size(), n_bytes, k, prof);
                 if (hit >= 0) {
                     if (!record_->known.load(std::memory_order_acquire)) record_->note(k, profile);
                     return hit;
@@ -239,7 +242,8 @@ private:
     [[nodiscard]] int remembered_choice(transport<C>& t, std::size_t n_bytes, const cost_constants& k,
                                         const automatic_profile* profile) const {
         const int p = t.size();
-        const auto memo = t.state().template cached<memo_type>(decisions_key, [] { return std::make_shared<memo_type>(); });
+        const auto memo =
+            t.state().template cached<memo_type>(decisions_key, [] { return std::make_shared<memo_type>(); });
         {
             std::lock_guard lock(t.state().m);
             if (const int hit = memo->find(options_, p, n_bytes, k, profile); hit >= 0) return hit;
@@ -261,10 +265,10 @@ private:
             detail::reserved_call(t, detail::calibration_slot, seconds_f(options_.calibration_timeout_s),
                                   [&](transport<C>& probe) { measure(probe, t.state(), data.size_bytes()); });
         } catch (const timeout_error& e) {
-            throw timeout_error("hitch::allreduce::automatic: calibration",
-                                detail::concat(e.what(), " (calibration_timeout_s = ", options_.calibration_timeout_s,
-                                               " s)"),
-                                e.waited());
+            throw timeout_error(
+                "hitch::allreduce::automatic: calibration",
+                detail::concat(e.what(), " (calibration_timeout_s = ", options_.calibration_timeout_s, " s)"),
+                e.waited());
         }
         const int pick = remembered_pick(t, data.size_bytes());
         if (pick < 0) throw config_error("hitch::allreduce::automatic: calibration left nothing to decide with");
@@ -276,9 +280,9 @@ private:
     /// constants and the first probes when nothing is measured yet, else the larger probes up to n_bytes.
     template <communicator C>
     void measure(transport<C>& t, shared_state<C>& state, std::size_t n_bytes) const {
-        const auto budget_end = std::chrono::steady_clock::now() +
-                                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                    seconds_f(options_.calibration_budget_s));
+        const auto budget_end =
+            std::chrono::steady_clock::now() +
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(seconds_f(options_.calibration_budget_s));
         std::optional<cost_constants> known;
         {
             std::lock_guard lock(state.m);
@@ -295,7 +299,8 @@ private:
             [&](int c, std::span<float> probe) { run_candidate(c, t, probe, reduce_op::sum); },
             [&](std::size_t bytes) {
                 double s = 0;
-                visit_candidates(k, [&](std::string_view, const auto& schedule) { s += schedule.cost(p, bytes, k).seconds(k); });
+                visit_candidates(
+                    k, [&](std::string_view, const auto& schedule) { s += schedule.cost(p, bytes, k).seconds(k); });
                 return s;
             }));
         std::lock_guard lock(state.m);
@@ -320,21 +325,30 @@ private:
         if (!k) return;  // saved before any call: measure as usual
         std::lock_guard lock(state.m);
         state.constants = *k;
-        if (p) state.cache.insert_or_assign(std::string(profile_key), std::make_shared<automatic_profile>(*p));
-        else state.cache.erase(std::string(profile_key));
+        if (p)
+            state.cache.insert_or_assign(std::string(profile_key), std::make_shared<automatic_profile>(*p));
+        else
+            state.cache.erase(std::string(profile_key));
         state.cache.erase(std::string(decisions_key));
     }
 
     template <communicator C, floating_element T>
     void run_candidate(int pick, transport<C>& t, std::span<T> data, reduce_op op) const {
         switch (pick) {
-            case 0: return recursive_doubling_.run(t, data, op);
-            case 1: return ring_.run(t, data, op);
-            case 2: return rabenseifner_.run(t, data, op);
-            case 3: return binary_tree_.run(t, data, op);
-            case 4: return double_binary_tree_.run(t, data, op);
-            case 5: return parameter_server_.run(t, data, op);
-            default: break;
+            case 0:
+                return recursive_doubling_.run(t, data, op);
+            case 1:
+                return ring_.run(t, data, op);
+            case 2:
+                return rabenseifner_.run(t, data, op);
+            case 3:
+                return binary_tree_.run(t, data, op);
+            case 4:
+                return double_binary_tree_.run(t, data, op);
+            case 5:
+                return parameter_server_.run(t, data, op);
+            default:
+                break;
         }
         if constexpr (has_native_allreduce<C>::value) {
             return typename detail::native_for<C>::type{}.run(t, data, op);

@@ -83,7 +83,8 @@ public:
     template <communicator C, floating_element T>
     void reduce(transport<C>& t, std::span<const T> input, std::span<T> output, reduce_op op, int root) const {
         if (t.size() <= 1) {
-            if (output.data() != input.data() && output.size() == input.size()) std::copy(input.begin(), input.end(), output.begin());
+            if (output.data() != input.data() && output.size() == input.size())
+                std::copy(input.begin(), input.end(), output.begin());
             return;
         }
         detail::tree_part<T> part{detail::heap_tree(t.size(), t.rank(), root), input, output, 0, 1};

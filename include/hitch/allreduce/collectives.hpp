@@ -41,7 +41,8 @@ namespace hitch::allreduce {
 class byte_blocks;
 namespace detail {
 template <communicator C>
-void fill_blocks(byte_blocks& out, transport<C>& t, std::span<const std::byte> mine, std::span<const std::uint64_t> sizes);
+void fill_blocks(byte_blocks& out, transport<C>& t, std::span<const std::byte> mine,
+                 std::span<const std::uint64_t> sizes);
 }  // namespace detail
 
 /// The result of allgather_bytes: rank r's blob is blob(r); all blobs lie back to back in bytes().
@@ -60,7 +61,8 @@ public:
 
 private:
     template <communicator C>
-    friend void detail::fill_blocks(byte_blocks&, transport<C>&, std::span<const std::byte>, std::span<const std::uint64_t>);
+    friend void detail::fill_blocks(byte_blocks&, transport<C>&, std::span<const std::byte>,
+                                    std::span<const std::uint64_t>);
     std::vector<std::byte> data_;
     std::vector<std::size_t> offsets_;
 };
@@ -86,8 +88,8 @@ void require_root(const group<C>& g, int root, std::string_view who) {
 }
 
 template <element_type T>
-[[nodiscard]] call_descriptor describe(operation o, std::size_t count, reduce_op op, int root, std::string_view schedule,
-                                       const call_options& options) {
+[[nodiscard]] call_descriptor describe(operation o, std::size_t count, reduce_op op, int root,
+                                       std::string_view schedule, const call_options& options) {
     call_descriptor d;
     d.operation = static_cast<std::uint8_t>(o);
     d.count = count;
@@ -102,22 +104,24 @@ template <element_type T>
 /// Runs now (blocking) or queues (non-blocking) one call on the group.
 template <bool Async, communicator C, class Describe, class Body>
 auto issue(group<C>& g, const call_options& options, Describe&& describe, Body&& body) {
-    if constexpr (Async) return g.submit(options, std::forward<Describe>(describe), std::forward<Body>(body));
-    else g.run(options, std::forward<Describe>(describe), std::forward<Body>(body));
+    if constexpr (Async)
+        return g.submit(options, std::forward<Describe>(describe), std::forward<Body>(body));
+    else
+        g.run(options, std::forward<Describe>(describe), std::forward<Body>(body));
 }
 
 template <class S, class C, class T>
 concept broadcasts = requires(const S& s, transport<C>& t, std::span<T> d, int root) { s.broadcast(t, d, root); };
 
 template <class S, class C, class T>
-concept reduces_to_root = requires(const S& s, transport<C>& t, std::span<const T> in, std::span<T> out, reduce_op op, int root) {
-    s.reduce(t, in, out, op, root);
-};
+concept reduces_to_root = requires(const S& s, transport<C>& t, std::span<const T> in, std::span<T> out, reduce_op op,
+                                   int root) { s.reduce(t, in, out, op, root); };
 
 // ---- the calls, shared by the blocking and non-blocking forms ----
 
 template <bool Async, class Schedule, communicator C, floating_element T>
-auto allreduce_call(group<C>& g, tensor_view<T> data, reduce_op op, const Schedule& schedule, const call_options& options) {
+auto allreduce_call(group<C>& g, tensor_view<T> data, reduce_op op, const Schedule& schedule,
+                    const call_options& options) {
     static_assert(check_schedule<Schedule, C>());
     require_host(data, "allreduce");
     require_op(op, "allreduce");
@@ -142,7 +146,8 @@ template <bool Async, communicator C, element_type T>
 auto allgather_call(group<C>& g, tensor_view<T> data, const call_options& options) {
     require_host(data, "allgather");
     return issue<Async>(
-        g, options, [=] { return describe<T>(operation::allgather, data.size(), reduce_op::sum, -1, ring::name, options); },
+        g, options,
+        [=] { return describe<T>(operation::allgather, data.size(), reduce_op::sum, -1, ring::name, options); },
         [=](transport<C>& t, const call_descriptor&) {
             const std::vector<block> blocks = ring::even_blocks(data.size(), t.size());
             ring{}.allgather(t, std::span<T>(data.data(), data.size()), std::span<const block>(blocks));
@@ -155,9 +160,11 @@ auto allgather_into_call(group<C>& g, tensor_view<const T> mine, tensor_view<T> 
     require_host(all, "allgather");
     if (all.size() != mine.size() * static_cast<std::size_t>(g.size()))
         throw config_error(concat("hitch::allreduce::allgather: the output holds ", all.size(), " elements; it needs ",
-                                  g.size(), " x ", mine.size(), " = ", mine.size() * static_cast<std::size_t>(g.size())));
+                                  g.size(), " x ", mine.size(), " = ",
+                                  mine.size() * static_cast<std::size_t>(g.size())));
     return issue<Async>(
-        g, options, [=] { return describe<T>(operation::allgather, mine.size(), reduce_op::sum, -1, ring::name, options); },
+        g, options,
+        [=] { return describe<T>(operation::allgather, mine.size(), reduce_op::sum, -1, ring::name, options); },
         [=](transport<C>& t, const call_descriptor&) {
             const std::size_t m = mine.size();
             T* own = all.data() + static_cast<std::size_t>(t.rank()) * m;
@@ -175,8 +182,11 @@ auto broadcast_call(group<C>& g, tensor_view<T> data, int root, const Schedule& 
     require_host(data, "broadcast");
     require_root(g, root, "broadcast");
     return issue<Async>(
-        g, options, [=] { return describe<T>(operation::broadcast, data.size(), reduce_op::sum, root, Schedule::name, options); },
-        [=](transport<C>& t, const call_descriptor&) { schedule.broadcast(t, std::span<T>(data.data(), data.size()), root); });
+        g, options,
+        [=] { return describe<T>(operation::broadcast, data.size(), reduce_op::sum, root, Schedule::name, options); },
+        [=](transport<C>& t, const call_descriptor&) {
+            schedule.broadcast(t, std::span<T>(data.data(), data.size()), root);
+        });
 }
 
 template <bool Async, class Schedule, communicator C, floating_element T>
@@ -211,7 +221,8 @@ auto allgather_bytes_call(group<C>& g, std::span<const std::byte> mine, byte_blo
 }  // namespace detail
 
 template <communicator C>
-void detail::fill_blocks(byte_blocks& out, transport<C>& t, std::span<const std::byte> mine, std::span<const std::uint64_t> sizes) {
+void detail::fill_blocks(byte_blocks& out, transport<C>& t, std::span<const std::byte> mine,
+                         std::span<const std::uint64_t> sizes) {
     const auto p = static_cast<std::size_t>(t.size());
     out.offsets_.assign(p + 1, 0);
     for (std::size_t r = 0; r < p; ++r) out.offsets_[r + 1] = out.offsets_[r] + static_cast<std::size_t>(sizes[r]);
@@ -244,7 +255,8 @@ template <class Schedule = automatic, communicator C, floating_element T>
 /// Combines `data` over all ranks so that this rank's block (partition(n, p, rank)) holds the result; returns that
 /// block. The rest of `data` is left holding partial results.
 template <communicator C, floating_element T>
-tensor_view<T> reduce_scatter(group<C>& g, tensor_view<T> data, reduce_op op = reduce_op::sum, const call_options& options = {}) {
+tensor_view<T> reduce_scatter(group<C>& g, tensor_view<T> data, reduce_op op = reduce_op::sum,
+                              const call_options& options = {}) {
     detail::reduce_scatter_call<false>(g, data, op, options);
     const block b = partition(data.size(), g.size(), g.rank());
     return data.subview(b.offset, b.count);
@@ -281,7 +293,8 @@ template <communicator C, element_type T>
 
 /// Every rank contributes a blob of any size (0 included); every rank receives all of them, in rank order.
 template <communicator C>
-[[nodiscard]] byte_blocks allgather_bytes(group<C>& g, std::span<const std::byte> mine, const call_options& options = {}) {
+[[nodiscard]] byte_blocks allgather_bytes(group<C>& g, std::span<const std::byte> mine,
+                                          const call_options& options = {}) {
     byte_blocks out;
     detail::allgather_bytes_call<false>(g, mine, &out, options);
     return out;
@@ -304,8 +317,8 @@ void broadcast(group<C>& g, tensor_view<T> data, int root = 0, const Schedule& s
 }
 
 template <class Schedule = binary_tree, communicator C, element_type T>
-[[nodiscard]] handle broadcast_async(group<C>& g, tensor_view<T> data, int root = 0, const Schedule& schedule = Schedule{},
-                                     const call_options& options = {}) {
+[[nodiscard]] handle broadcast_async(group<C>& g, tensor_view<T> data, int root = 0,
+                                     const Schedule& schedule = Schedule{}, const call_options& options = {}) {
     return detail::broadcast_call<true>(g, data, root, schedule, options);
 }
 

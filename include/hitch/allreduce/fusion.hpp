@@ -66,8 +66,7 @@ public:
     ~fusion_buffer() {
         try {
             wait();
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 
     /// Queues a tensor whose values are ready. Its data is copied into the current bucket now (or, for a tensor of
@@ -105,14 +104,15 @@ public:
         const reduce_op op = options_.op;
         const tensor_view<T> packed(b->data.data(), b->used);
         inflight_.push_back(flight{
-            b, detail::issue<true>(
-                   group_, call,
-                   [=] { return detail::describe<T>(operation::allreduce, packed.size(), op, -1, Schedule::name, call); },
-                   [=](transport<C>& t, const call_descriptor&) {
-                       schedule.run(t, std::span<T>(packed.data(), packed.size()), op);
-                       for (const entry& e : b->entries)
-                           std::memcpy(e.tensor.data(), packed.data() + e.offset, e.tensor.size_bytes());
-                   })});
+            b,
+            detail::issue<true>(
+                group_, call,
+                [=] { return detail::describe<T>(operation::allreduce, packed.size(), op, -1, Schedule::name, call); },
+                [=](transport<C>& t, const call_descriptor&) {
+                    schedule.run(t, std::span<T>(packed.data(), packed.size()), op);
+                    for (const entry& e : b->entries)
+                        std::memcpy(e.tensor.data(), packed.data() + e.offset, e.tensor.size_bytes());
+                })});
     }
 
     /// Flushes, then waits for every bucket; afterwards each added tensor holds its all-reduced values. Rethrows

@@ -79,12 +79,18 @@ enum class operation : std::uint8_t {
 
 [[nodiscard]] constexpr std::string_view name(operation o) noexcept {
     switch (o) {
-        case operation::allreduce: return "allreduce";
-        case operation::reduce_scatter: return "reduce_scatter";
-        case operation::allgather: return "allgather";
-        case operation::allgather_bytes: return "allgather_bytes";
-        case operation::broadcast: return "broadcast";
-        case operation::reduce: return "reduce";
+        case operation::allreduce:
+            return "allreduce";
+        case operation::reduce_scatter:
+            return "reduce_scatter";
+        case operation::allgather:
+            return "allgather";
+        case operation::allgather_bytes:
+            return "allgather_bytes";
+        case operation::broadcast:
+            return "broadcast";
+        case operation::reduce:
+            return "reduce";
     }
     return "invalid-operation";
 }
@@ -105,11 +111,12 @@ struct call_descriptor {
         std::memset(schedule, 0, sizeof(schedule));
         std::memcpy(schedule, s.data(), std::min(s.size(), sizeof(schedule) - 1));
     }
-    [[nodiscard]] std::string_view schedule_name() const noexcept { return {schedule, ::strnlen(schedule, sizeof(schedule))}; }
+    [[nodiscard]] std::string_view schedule_name() const noexcept {
+        return {schedule, ::strnlen(schedule, sizeof(schedule))};
+    }
     friend bool operator==(const call_descriptor& a, const call_descriptor& b) noexcept {
         return a.sequence == b.sequence && a.count == b.count && a.fingerprint == b.fingerprint && a.root == b.root &&
-               a.operation == b.operation && a.type == b.type && a.op == b.op &&
-               a.schedule_name() == b.schedule_name();
+               a.operation == b.operation && a.type == b.type && a.op == b.op && a.schedule_name() == b.schedule_name();
     }
 };
 static_assert(sizeof(call_descriptor) == 56 && std::is_trivially_copyable_v<call_descriptor>);
@@ -118,7 +125,8 @@ namespace detail {
 
 /// "allreduce #17: rank 0 has 1000 x float, rank 1 has 1001 x float": the count and type always, the other
 /// fields only where ranks differ.
-[[nodiscard]] inline std::string describe_disagreement(const call_descriptor& mine, const std::vector<call_descriptor>& all) {
+[[nodiscard]] inline std::string describe_disagreement(const call_descriptor& mine,
+                                                       const std::vector<call_descriptor>& all) {
     const auto differs = [&](auto field) {
         for (const auto& d : all)
             if (!(field(d) == field(all.front()))) return true;
@@ -366,9 +374,9 @@ private:
             t.set_agreed(checked || comm_.size() == 1);
             body(t, d);
         } catch (const timeout_error& e) {
-            throw timeout_error(detail::concat(label_of(d.operation, sequence), " (", d.schedule_name(), ") on rank ",
-                                               comm_.rank()),
-                                e.what(), limit.waited());
+            throw timeout_error(
+                detail::concat(label_of(d.operation, sequence), " (", d.schedule_name(), ") on rank ", comm_.rank()),
+                e.what(), limit.waited());
         }
     }
 
@@ -376,10 +384,8 @@ private:
     std::shared_ptr<detail::job> make_job(const call_options& options, Describe&& describe, Body&& body) {
         auto j = std::make_shared<detail::job>();
         j->operation = describe().operation;
-        j->body = [this, options, describe = std::forward<Describe>(describe),
-                   body = std::forward<Body>(body)](std::uint64_t sequence) mutable {
-            execute(options, describe, body, sequence);
-        };
+        j->body = [this, options, describe = std::forward<Describe>(describe), body = std::forward<Body>(body)](
+                      std::uint64_t sequence) mutable { execute(options, describe, body, sequence); };
         return j;
     }
 

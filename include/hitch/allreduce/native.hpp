@@ -51,9 +51,12 @@ void mpi_user_op(void* in, void* inout, int* len, MPI_Datatype*) {
 
 template <floating_element T>
 [[nodiscard]] MPI_Datatype mpi_type() noexcept {
-    if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-    else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-    else return MPI_UINT16_T;  // half and bfloat16 travel as 16-bit words
+    if constexpr (std::is_same_v<T, float>)
+        return MPI_FLOAT;
+    else if constexpr (std::is_same_v<T, double>)
+        return MPI_DOUBLE;
+    else
+        return MPI_UINT16_T;  // half and bfloat16 travel as 16-bit words
 }
 
 /// The MPI op for T and op (created once, on first use).
@@ -69,9 +72,12 @@ template <floating_element T>
         comm::detail::mpi_check(MPI_Op_create(&mpi_user_op<T, reduce_op::max>, 1, &ops[2]), "MPI_Op_create");
     });
     switch (op) {
-        case reduce_op::min: return ops[1];
-        case reduce_op::max: return ops[2];
-        default: return ops[0];
+        case reduce_op::min:
+            return ops[1];
+        case reduce_op::max:
+            return ops[2];
+        default:
+            return ops[0];
     }
 }
 
@@ -110,7 +116,8 @@ public:
                 continue;
             }
             MPI_Request request = MPI_REQUEST_NULL;
-            comm::detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buffer, count, type, mop, c, &request), "MPI_Iallreduce");
+            comm::detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buffer, count, type, mop, c, &request),
+                                    "MPI_Iallreduce");
             int code = MPI_SUCCESS;
             const bool done = poll_until(t.limit(), [&] {
                 int flag = 0;

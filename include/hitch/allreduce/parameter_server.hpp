@@ -126,7 +126,8 @@ public:
             const std::size_t depth = static_cast<std::size_t>(options_.pipeline_depth);
             const std::size_t width = std::min(seg, sh.count);
             std::span<T> space;
-            if (!t.direct() && count > 0) space = t.template scratch<T>(depth * static_cast<std::size_t>(p - 1) * width);
+            if (!t.direct() && count > 0)
+                space = t.template scratch<T>(depth * static_cast<std::size_t>(p - 1) * width);
             std::vector<std::vector<incoming>> window(depth);
             for (auto& row : window) row.resize(static_cast<std::size_t>(p));
             const auto post = [&](std::size_t j) {
@@ -136,7 +137,8 @@ public:
                     const std::size_t idx = static_cast<std::size_t>(q < me ? q : q - 1);
                     const std::size_t len = piece(sh, j).size();
                     const std::span<T> slot =
-                        t.direct() ? std::span<T>() : space.subspan(((j % depth) * static_cast<std::size_t>(p - 1) + idx) * width, len);
+                        t.direct() ? std::span<T>()
+                                   : space.subspan(((j % depth) * static_cast<std::size_t>(p - 1) + idx) * width, len);
                     slot_row[static_cast<std::size_t>(q)] = t.template receive<T>(q, push_channel, len, slot);
                 }
             };

@@ -68,11 +68,14 @@ public:
             int lo = 0, hi = p2;
             for (int mask = p2 / 2; mask >= 1; mask /= 2) {
                 const int mid = lo + mask;
-                const block out = (nr & mask) ? partition_range(n_bytes, p2, lo, mid) : partition_range(n_bytes, p2, mid, hi);
+                const block out =
+                    (nr & mask) ? partition_range(n_bytes, p2, lo, mid) : partition_range(n_bytes, p2, mid, hi);
                 m += detail::segments(static_cast<double>(out.count), seg);
                 b += static_cast<double>(out.count);
-                if (nr & mask) lo = mid;
-                else hi = mid;
+                if (nr & mask)
+                    lo = mid;
+                else
+                    hi = mid;
             }
             for (int mask = 1; mask < p2; mask *= 2) {
                 const int base = nr & ~(mask - 1);
@@ -119,8 +122,10 @@ public:
                 const std::span<T> give = upper ? sub(lo, mid) : sub(mid, hi);
                 const combine_spec spec{op, partner < t.rank(), mask == 1 ? p : 1};
                 t.exchange_reduce(partner, std::span<const T>(give), partner, keep, spec, seg, depth, halving_channel);
-                if (upper) lo = mid;
-                else hi = mid;
+                if (upper)
+                    lo = mid;
+                else
+                    hi = mid;
             }
             for (int mask = 1; mask < p2; mask *= 2) {
                 const int partner = f.real_rank(nr ^ mask);

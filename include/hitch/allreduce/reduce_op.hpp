@@ -42,17 +42,22 @@ template <class A>
 [[nodiscard]] constexpr A apply(reduce_op op, A left, A right) noexcept {
     switch (op) {
         case reduce_op::sum:
-        case reduce_op::average: return left + right;
-        case reduce_op::min: return (left < right || left != left) ? left : right;
-        case reduce_op::max: return (right < left || left != left) ? left : right;
+        case reduce_op::average:
+            return left + right;
+        case reduce_op::min:
+            return (left < right || left != left) ? left : right;
+        case reduce_op::max:
+            return (right < left || left != left) ? left : right;
     }
     return left;
 }
 
 template <class T, class A>
 [[nodiscard]] constexpr T from_accumulator(A value) noexcept {
-    if constexpr (std::is_same_v<T, A>) return value;
-    else return T(value);
+    if constexpr (std::is_same_v<T, A>)
+        return value;
+    else
+        return T(value);
 }
 
 // The kernels below are written three times over, for dst == left, dst == right and dst apart from both, each with
@@ -109,9 +114,12 @@ void combine_dispatch(T* dst, const T* left, const T* right, std::size_t n, redu
                       accumulate_t<T> divisor) noexcept {
     switch (op) {
         case reduce_op::sum:
-        case reduce_op::average: return combine_loop<reduce_op::sum, Divide>(dst, left, right, n, divisor);
-        case reduce_op::min: return combine_loop<reduce_op::min, Divide>(dst, left, right, n, divisor);
-        case reduce_op::max: return combine_loop<reduce_op::max, Divide>(dst, left, right, n, divisor);
+        case reduce_op::average:
+            return combine_loop<reduce_op::sum, Divide>(dst, left, right, n, divisor);
+        case reduce_op::min:
+            return combine_loop<reduce_op::min, Divide>(dst, left, right, n, divisor);
+        case reduce_op::max:
+            return combine_loop<reduce_op::max, Divide>(dst, left, right, n, divisor);
     }
 }
 
@@ -212,10 +220,12 @@ void combine_many(T* dst, const T* const* sources, std::size_t k, std::size_t n,
                     for (std::size_t i = 0; i < m; ++i) acc[i] = acc[i] + static_cast<A>(src[i]);
                     break;
                 case reduce_op::min:
-                    for (std::size_t i = 0; i < m; ++i) acc[i] = detail::apply<A>(reduce_op::min, acc[i], static_cast<A>(src[i]));
+                    for (std::size_t i = 0; i < m; ++i)
+                        acc[i] = detail::apply<A>(reduce_op::min, acc[i], static_cast<A>(src[i]));
                     break;
                 case reduce_op::max:
-                    for (std::size_t i = 0; i < m; ++i) acc[i] = detail::apply<A>(reduce_op::max, acc[i], static_cast<A>(src[i]));
+                    for (std::size_t i = 0; i < m; ++i)
+                        acc[i] = detail::apply<A>(reduce_op::max, acc[i], static_cast<A>(src[i]));
                     break;
             }
         }
@@ -237,7 +247,8 @@ template <floating_element T>
 void divide(T* data, std::size_t n, int divisor) noexcept {
     using A = accumulate_t<T>;
     if (divisor == 1) return;
-    for (std::size_t i = 0; i < n; ++i) data[i] = detail::from_accumulator<T>(static_cast<A>(data[i]) / static_cast<A>(divisor));
+    for (std::size_t i = 0; i < n; ++i)
+        data[i] = detail::from_accumulator<T>(static_cast<A>(data[i]) / static_cast<A>(divisor));
 }
 
 }  // namespace hitch::allreduce

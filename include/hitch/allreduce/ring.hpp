@@ -127,7 +127,8 @@ public:
         const int v = (t.rank() - root + p) % p;  // position along the chain, root at 0
         const std::size_t n = input.size();
         if (p <= 1) {
-            if (output.data() != input.data() && output.size() == n) std::copy(input.begin(), input.end(), output.begin());
+            if (output.data() != input.data() && output.size() == n)
+                std::copy(input.begin(), input.end(), output.begin());
             return;
         }
         const int upstream = v + 1 < p ? (root + v + 1) % p : -1;
@@ -139,13 +140,15 @@ public:
         const int depth = options_.pipeline_depth;
         const auto range = [&](std::size_t j) { return block{j * seg, std::min(seg, n - j * seg)}; };
         std::span<T> slots;
-        if (upstream >= 0 && !t.direct() && count > 0) slots = t.template scratch<T>(static_cast<std::size_t>(depth) * std::min(seg, n));
+        if (upstream >= 0 && !t.direct() && count > 0)
+            slots = t.template scratch<T>(static_cast<std::size_t>(depth) * std::min(seg, n));
         std::vector<typename transport<C>::template incoming<T>> window(static_cast<std::size_t>(depth));
         const auto post = [&](std::size_t j) {
             const block b = range(j);
             const std::size_t w = std::min(seg, n);
-            window[j % window.size()] = t.template receive<T>(
-                upstream, chain_channel, b.count, t.direct() ? std::span<T>() : slots.subspan((j % window.size()) * w, b.count));
+            window[j % window.size()] =
+                t.template receive<T>(upstream, chain_channel, b.count,
+                                      t.direct() ? std::span<T>() : slots.subspan((j % window.size()) * w, b.count));
         };
         if (upstream >= 0)
             for (std::size_t j = 0; j < std::min<std::size_t>(count, window.size()); ++j) post(j);
@@ -183,15 +186,16 @@ public:
         if (upstream >= 0) {
             recvs.reserve(count);
             for (std::size_t j = 0; j < count; ++j)
-                recvs.push_back(t.template receive_into<T>(upstream, chain_channel, data.subspan(j * seg, std::min(seg, n - j * seg))));
+                recvs.push_back(t.template receive_into<T>(upstream, chain_channel,
+                                                           data.subspan(j * seg, std::min(seg, n - j * seg))));
         }
         std::vector<typename transport<C>::outgoing> sends;
         sends.reserve(count);
         for (std::size_t j = 0; j < count; ++j) {
             if (upstream >= 0) recvs[j].wait(t.limit());
             if (downstream >= 0)
-                sends.push_back(t.template send<T>(downstream, chain_channel,
-                                                   std::span<const T>(data.subspan(j * seg, std::min(seg, n - j * seg)))));
+                sends.push_back(t.template send<T>(
+                    downstream, chain_channel, std::span<const T>(data.subspan(j * seg, std::min(seg, n - j * seg)))));
         }
         for (auto& s : sends) s.wait(t.limit());
     }
@@ -214,9 +218,15 @@ private:
         const int steps = rs_steps + (gather ? p - 1 : 0);
         const std::size_t seg = segment_elements<T>();
         const auto chunk = [&](int c) { return blocks[static_cast<std::size_t>(((c % p) + p) % p)]; };
-        const auto sent_chunk = [&](int step) { return step < rs_steps ? chunk(r - step - 1) : chunk(r - (step - rs_steps)); };
-        const auto received_chunk = [&](int step) { return step < rs_steps ? chunk(r - step - 2) : chunk(r - (step - rs_steps) - 1); };
-        const auto piece = [&](const block& b, std::size_t j) { return data.subspan(b.offset + j * seg, std::min(seg, b.count - j * seg)); };
+        const auto sent_chunk = [&](int step) {
+            return step < rs_steps ? chunk(r - step - 1) : chunk(r - (step - rs_steps));
+        };
+        const auto received_chunk = [&](int step) {
+            return step < rs_steps ? chunk(r - step - 2) : chunk(r - (step - rs_steps) - 1);
+        };
+        const auto piece = [&](const block& b, std::size_t j) {
+            return data.subspan(b.offset + j * seg, std::min(seg, b.count - j * seg));
+        };
         const auto count = [&](const block& b) { return transport<C>::segments(b.count, seg); };
 
         if (!options_.wavefront || steps + 2 > channels_per_call) {  // one step after the other
@@ -225,8 +235,9 @@ private:
                 if (step < rs_steps) {
                     if constexpr (floating_element<T>)
                         t.exchange_reduce(next, std::span<const T>(data.subspan(out.offset, out.count)), prev,
-                                          data.subspan(in.offset, in.count), combine_spec{op, true, step == rs_steps - 1 ? p : 1},
-                                          seg, options_.pipeline_depth, 0);
+                                          data.subspan(in.offset, in.count),
+                                          combine_spec{op, true, step == rs_steps - 1 ? p : 1}, seg,
+                                          options_.pipeline_depth, 0);
                 } else {
                     t.exchange_copy(next, std::span<const T>(data.subspan(out.offset, out.count)), prev,
                                     data.subspan(in.offset, in.count), seg, 1);
@@ -286,8 +297,7 @@ private:
                 sends[0].push_back(t.template send<T>(next, 0, std::span<const T>(piece(out, j))));
         }
         for (int step = 0; step < steps; ++step)
-            while (posted[static_cast<std::size_t>(step)] < depth && post(step, false)) {
-            }
+            while (posted[static_cast<std::size_t>(step)] < depth && post(step, false)) {}
         for (std::size_t wave = 0; wave < waves; ++wave) {
             for (int step = 0; step < steps; ++step) {
                 if (wave < static_cast<std::size_t>(step)) break;
@@ -299,9 +309,9 @@ private:
                 in.wait(t.limit());  // a reduce-scatter segment is combined into place on arrival
                 const std::span<T> dst = piece(received_chunk(step), j);
                 in.release();
-                if (step + 1 < steps) sends[k + 1].push_back(t.template send<T>(next, step + 1, std::span<const T>(dst)));
-                while (posted[k] < std::min(j + 1 + depth, recvs[k].size()) && post(step, false)) {
-                }
+                if (step + 1 < steps)
+                    sends[k + 1].push_back(t.template send<T>(next, step + 1, std::span<const T>(dst)));
+                while (posted[k] < std::min(j + 1 + depth, recvs[k].size()) && post(step, false)) {}
             }
         }
         for (auto& list : sends)

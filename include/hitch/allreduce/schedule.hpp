@@ -21,8 +21,10 @@ concept rooted_schedule_for = communicator<C> && rooted_schedule<S, transport<C>
 /// requirement C or S misses.
 template <class S, class C>
 consteval bool check_schedule() {
-    if constexpr (!communicator<C>) return check_communicator<C>();
-    else return check_allreduce_schedule<S, transport<C>>();
+    if constexpr (!communicator<C>)
+        return check_communicator<C>();
+    else
+        return check_allreduce_schedule<S, transport<C>>();
 }
 
 }  // namespace hitch::allreduce

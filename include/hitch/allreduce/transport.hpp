@@ -124,8 +124,8 @@ public:
     private:
         friend class transport;
         template <class Op>
-        requires(!std::is_same_v<std::remove_cvref_t<Op>, outgoing>) explicit outgoing(Op&& op)
-            : op_(std::in_place_type<std::remove_cvref_t<Op>>, std::forward<Op>(op)) {}
+            requires(!std::is_same_v<std::remove_cvref_t<Op>, outgoing>)
+        explicit outgoing(Op&& op) : op_(std::in_place_type<std::remove_cvref_t<Op>>, std::forward<Op>(op)) {}
         typename operations::outgoing op_;
     };
 
@@ -211,8 +211,8 @@ public:
     private:
         friend class transport;
         template <class Op>
-        requires(!std::is_same_v<std::remove_cvref_t<Op>, incoming>) explicit incoming(Op&& op)
-            : op_(std::in_place_type<std::remove_cvref_t<Op>>, std::forward<Op>(op)) {}
+            requires(!std::is_same_v<std::remove_cvref_t<Op>, incoming>)
+        explicit incoming(Op&& op) : op_(std::in_place_type<std::remove_cvref_t<Op>>, std::forward<Op>(op)) {}
         typename operations::template incoming<T> op_;
     };
 

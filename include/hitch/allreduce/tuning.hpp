@@ -34,7 +34,7 @@ inline constexpr int probe_medium_repeats = 9;
 inline constexpr int probe_large_repeats = 5;
 
 [[nodiscard]] constexpr int probe_repeats(std::size_t bytes) noexcept {
-    return bytes <= probe_small_bytes ? probe_small_repeats
+    return bytes <= probe_small_bytes    ? probe_small_repeats
            : bytes <= probe_medium_bytes ? probe_medium_repeats
                                          : probe_large_repeats;
 }

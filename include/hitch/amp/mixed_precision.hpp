@@ -65,8 +65,8 @@ class mixed_precision_optimizer {
 public:
     using optimizer_options = typename O::options_type;
 
-    mixed_precision_optimizer(const optimizer_options& options, std::vector<low_precision_layer<Low>> layers,
-                              C& group, const mixed_precision_options& mp = {})
+    mixed_precision_optimizer(const optimizer_options& options, std::vector<low_precision_layer<Low>> layers, C& group,
+                              const mixed_precision_options& mp = {})
         requires std::same_as<D, cpu>
         : mp_((mp.validate(), mp)),
           low_(std::move(layers)),
@@ -102,9 +102,12 @@ public:
                 overflow |= scaler_.unscale(g, masters_[k].grads.view());
             } else {
                 float* out = masters_[k].grads.data();
-                parallel_for(g.size(), [&](std::size_t b, std::size_t e) {
-                    for (std::size_t i = b; i < e; ++i) out[i] = static_cast<float>(g[i]);
-                }, mp_.execution);
+                parallel_for(
+                    g.size(),
+                    [&](std::size_t b, std::size_t e) {
+                        for (std::size_t i = b; i < e; ++i) out[i] = static_cast<float>(g[i]);
+                    },
+                    mp_.execution);
             }
         }
         if (mp_.loss_scaling) {
@@ -116,9 +119,12 @@ public:
         for (std::size_t k = 0; k < low_.size(); ++k) {
             const float* w = masters_[k].params.data();
             Low* out = low_[k].params.data();
-            parallel_for(low_[k].params.size(), [&](std::size_t b, std::size_t e) {
-                for (std::size_t i = b; i < e; ++i) out[i] = Low(w[i]);
-            }, mp_.execution);
+            parallel_for(
+                low_[k].params.size(),
+                [&](std::size_t b, std::size_t e) {
+                    for (std::size_t i = b; i < e; ++i) out[i] = Low(w[i]);
+                },
+                mp_.execution);
         }
         return true;
     }
@@ -151,8 +157,8 @@ private:
         for (const auto& l : layers) {
             if (l.params.size() != l.grads.size())
                 throw config_error(hitch::detail::concat("hitch::amp::mixed_precision_optimizer: layer '", l.name,
-                                                         "' has ", l.params.size(), " parameters but ",
-                                                         l.grads.size(), " gradient elements"));
+                                                         "' has ", l.params.size(), " parameters but ", l.grads.size(),
+                                                         " gradient elements"));
             if (!l.params.on_host() || !l.grads.on_host())
                 throw config_error(hitch::detail::concat("hitch::amp::mixed_precision_optimizer: layer '", l.name,
                                                          "' must be in host memory"));

@@ -56,14 +56,18 @@ using hitch::detail::concat;
 /// True on every rank when `flag` is true on any.
 template <agreement_group C>
 [[nodiscard]] bool any_rank(C& group, bool flag) {
-    if constexpr (std::same_as<C, single_process>) return flag;
-    else return comm::any_of(group, flag);
+    if constexpr (std::same_as<C, single_process>)
+        return flag;
+    else
+        return comm::any_of(group, flag);
 }
 
 template <agreement_group C>
 [[nodiscard]] int rank_of(const C& group) {
-    if constexpr (std::same_as<C, single_process>) return 0;
-    else return group.rank();
+    if constexpr (std::same_as<C, single_process>)
+        return 0;
+    else
+        return group.rank();
 }
 
 inline constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
@@ -104,8 +108,10 @@ struct nonfinite_report {
 /// Gathers every rank's report; every rank gets them all, in rank order.
 template <agreement_group C>
 [[nodiscard]] std::vector<nonfinite_report> gather_reports(C& group, const nonfinite_report& mine) {
-    if constexpr (std::same_as<C, single_process>) return {mine};
-    else return comm::allgather_value(group, mine);
+    if constexpr (std::same_as<C, single_process>)
+        return {mine};
+    else
+        return comm::allgather_value(group, mine);
 }
 
 /// "step 12: rank 1 layer 3 ('fc.weight') element 7 = nan"
@@ -153,7 +159,8 @@ public:
         detail::nonfinite_report mine;
         for (std::size_t k = 0; k < layers.size() && mine.layer < 0; ++k) {
             const std::size_t i = detail::first_nonfinite(layers[k].grads.as_const(), options_.execution);
-            if (i != detail::npos) mine = {static_cast<std::int64_t>(k), static_cast<std::int64_t>(i), layers[k].grads[i]};
+            if (i != detail::npos)
+                mine = {static_cast<std::int64_t>(k), static_cast<std::int64_t>(i), layers[k].grads[i]};
         }
         const auto reports = detail::gather_reports(*group_, mine);
         const bool any = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.layer >= 0; });
@@ -164,9 +171,8 @@ public:
         }
         throw nonfinite_gradient_error(
             "hitch::amp::gradient_guard: " +
-            detail::describe(reports, step, !std::same_as<C, single_process>, [&](std::size_t k) {
-                return k < layers.size() ? layers[k].name : std::string("?");
-            }));
+            detail::describe(reports, step, !std::same_as<C, single_process>,
+                             [&](std::size_t k) { return k < layers.size() ? layers[k].name : std::string("?"); }));
     }
 
     /// Steps skipped so far.

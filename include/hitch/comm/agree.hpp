@@ -52,8 +52,8 @@ template <communicator C, class T>
     }
     std::vector<T> result(static_cast<std::size_t>(p));
     for (int j = 0; j < p; ++j)
-        std::memcpy(&result[static_cast<std::size_t>((me + j) % p)], blocks.data() + static_cast<std::size_t>(j) * sizeof(T),
-                    sizeof(T));
+        std::memcpy(&result[static_cast<std::size_t>((me + j) % p)],
+                    blocks.data() + static_cast<std::size_t>(j) * sizeof(T), sizeof(T));
     return result;
 }
 
@@ -66,8 +66,12 @@ void agree(C& comm, const T& value, std::string_view what, Format&& format) {
     static_assert(check_communicator<C>());
     const std::vector<T> all = allgather_value(comm, value);
     const auto same = [&](const T& a, const T& b) {
-        if constexpr (requires { { a == b } -> std::convertible_to<bool>; }) return static_cast<bool>(a == b);
-        else return std::memcmp(&a, &b, sizeof(T)) == 0;
+        if constexpr (requires {
+                          { a == b } -> std::convertible_to<bool>;
+                      })
+            return static_cast<bool>(a == b);
+        else
+            return std::memcmp(&a, &b, sizeof(T)) == 0;
     };
     if (std::all_of(all.begin(), all.end(), [&](const T& v) { return same(v, all.front()); })) return;
     std::ostringstream s;
@@ -90,7 +94,8 @@ void agree(C& comm, const T& value, std::string_view what) {
         } else {
             const auto* bytes = reinterpret_cast<const unsigned char*>(&v);
             os << "0x" << std::hex;
-            for (std::size_t i = 0; i < sizeof(T); ++i) os << static_cast<unsigned>(bytes[i] >> 4) << static_cast<unsigned>(bytes[i] & 15u);
+            for (std::size_t i = 0; i < sizeof(T); ++i)
+                os << static_cast<unsigned>(bytes[i] >> 4) << static_cast<unsigned>(bytes[i] & 15u);
             os << std::dec;
         }
     });

@@ -91,7 +91,7 @@ struct local_op {
 
 struct local_mailbox {
     std::mutex m;
-    std::condition_variable arrived;  // notified when a send is queued unmatched (for probe)
+    std::condition_variable arrived;                   // notified when a send is queued unmatched (for probe)
     std::deque<std::shared_ptr<local_op>> unexpected;  // unmatched sends, in arrival order
     std::deque<std::shared_ptr<local_op>> posted;      // unmatched receives, in post order
 };
@@ -108,7 +108,8 @@ public:
 };
 
 struct local_world_state {
-    explicit local_world_state(int n, const local_options& o) : size(n), options(o), boxes(static_cast<std::size_t>(n)) {
+    explicit local_world_state(int n, const local_options& o)
+        : size(n), options(o), boxes(static_cast<std::size_t>(n)) {
         for (auto& b : boxes) b = std::make_unique<local_mailbox>();
     }
 
@@ -158,9 +159,9 @@ inline void deliver(local_op& send, local_op& recv) {
             const std::size_t es = size_of(op.type);
             return concat(op.bytes, " bytes (", es != 0 ? op.bytes / es : op.bytes, " x ", name(op.type), ")");
         };
-        recv.error_text = concat("hitch::comm::local: message mismatch on rank ", recv.owner_rank, ": recv from rank ",
-                                 send.source, " with tag ", send.tag, " expected ", describe(recv),
-                                 " but the message has ", describe(send));
+        recv.error_text =
+            concat("hitch::comm::local: message mismatch on rank ", recv.owner_rank, ": recv from rank ", send.source,
+                   " with tag ", send.tag, " expected ", describe(recv), " but the message has ", describe(send));
         recv.info = {send.source, send.tag, send.bytes};
         recv.complete(op_failed);
     } else {
@@ -262,8 +263,8 @@ public:
         [[nodiscard]] std::string where() const {
             const bool send = op_->kind == detail::local_op_kind::send;
             std::string peer = op_->peer == any_source ? std::string("any rank") : detail::concat("rank ", op_->peer);
-            return detail::concat(send ? "to " : "from ", peer, ", tag ", op_->tag, ", ", op_->bytes, " bytes, on rank ",
-                                  rank_);
+            return detail::concat(send ? "to " : "from ", peer, ", tag ", op_->tag, ", ", op_->bytes,
+                                  " bytes, on rank ", rank_);
         }
         /// Withdraws a pending op from its mailbox. Returns false when it had already been matched (and then waits
         /// for the copy to finish, so the caller's buffer is no longer touched).
@@ -350,9 +351,13 @@ public:
     }
     /// Blocking forms.
     template <element_type T>
-    void send(std::span<const T> data, int peer, int tag) { isend(data, peer, tag).wait(); }
+    void send(std::span<const T> data, int peer, int tag) {
+        isend(data, peer, tag).wait();
+    }
     template <element_type T>
-    void send(std::span<T> data, int peer, int tag) { isend(std::span<const T>(data), peer, tag).wait(); }
+    void send(std::span<T> data, int peer, int tag) {
+        isend(std::span<const T>(data), peer, tag).wait();
+    }
     template <element_type T>
     message_info recv(std::span<T> data, int peer, int tag) {
         auto r = irecv(data, peer, tag);
@@ -370,16 +375,17 @@ public:
         for (;;) {
             if (auto found = find_unexpected(box, peer, tag)) return *found;
             if (world_->aborted.load())
-                throw detail::local_aborted(detail::concat("hitch::comm::local: probe on rank ", rank_,
-                                                           " was released because the world was aborted: ",
-                                                           world_->why_aborted()));
+                throw detail::local_aborted(
+                    detail::concat("hitch::comm::local: probe on rank ", rank_,
+                                   " was released because the world was aborted: ", world_->why_aborted()));
             const auto now = deadline::clock::now();
             if (now >= limit.when())
-                throw timeout_error("comm::local probe",
-                                    detail::concat("from ", peer == any_source ? std::string("any rank")
-                                                                               : detail::concat("rank ", peer),
-                                                   ", tag ", tag, ", on rank ", rank_),
-                                    limit.waited());
+                throw timeout_error(
+                    "comm::local probe",
+                    detail::concat("from ",
+                                   peer == any_source ? std::string("any rank") : detail::concat("rank ", peer),
+                                   ", tag ", tag, ", on rank ", rank_),
+                    limit.waited());
             box.arrived.wait_until(lock, std::min(limit.when(), now + std::chrono::milliseconds(20)));
         }
     }
@@ -415,8 +421,8 @@ public:
             pending.reserve(2 * static_cast<std::size_t>(p));
             for (int r = 0; r < p; ++r) {
                 if (r == rank_) continue;
-                pending.push_back(post_send(std::as_bytes(std::span<const int>(mine)), dtype::i32, r, split_tag,
-                                            context_ + 1));
+                pending.push_back(
+                    post_send(std::as_bytes(std::span<const int>(mine)), dtype::i32, r, split_tag, context_ + 1));
                 pending.push_back(post_recv(std::as_writable_bytes(std::span<int>(&pairs[2 * std::size_t(r)], 2)),
                                             dtype::i32, r, split_tag, context_ + 1));
             }
@@ -431,9 +437,8 @@ public:
         std::vector<int> group;
         for (int r = 0; r < p; ++r)
             if (pairs[2 * std::size_t(r)] == color) group.push_back(r);
-        std::stable_sort(group.begin(), group.end(), [&](int a, int b) {
-            return pairs[2 * std::size_t(a) + 1] < pairs[2 * std::size_t(b) + 1];
-        });
+        std::stable_sort(group.begin(), group.end(),
+                         [&](int a, int b) { return pairs[2 * std::size_t(a) + 1] < pairs[2 * std::size_t(b) + 1]; });
         auto members = std::make_shared<std::vector<int>>();
         int new_rank = 0;
         for (std::size_t i = 0; i < group.size(); ++i) {
@@ -481,9 +486,9 @@ private:
         check_peer(peer, false, "isend");
         check_tag(tag, "isend");
         if (world_->aborted.load())
-            throw detail::local_aborted(detail::concat("hitch::comm::local: send on rank ", rank_,
-                                                       " refused because the world was aborted: ",
-                                                       world_->why_aborted()));
+            throw detail::local_aborted(
+                detail::concat("hitch::comm::local: send on rank ", rank_,
+                               " refused because the world was aborted: ", world_->why_aborted()));
         auto op = std::make_shared<detail::local_op>();
         op->kind = detail::local_op_kind::send;
         op->context = context;
@@ -524,9 +529,9 @@ private:
         check_peer(peer, true, "irecv");
         check_tag(tag, "irecv");
         if (world_->aborted.load())
-            throw detail::local_aborted(detail::concat("hitch::comm::local: recv on rank ", rank_,
-                                                       " refused because the world was aborted: ",
-                                                       world_->why_aborted()));
+            throw detail::local_aborted(
+                detail::concat("hitch::comm::local: recv on rank ", rank_,
+                               " refused because the world was aborted: ", world_->why_aborted()));
         auto op = std::make_shared<detail::local_op>();
         op->kind = detail::local_op_kind::recv;
         op->context = context;
@@ -558,7 +563,7 @@ private:
 
     std::shared_ptr<detail::local_world_state> world_;
     std::shared_ptr<const std::vector<int>> members_;  // group rank -> world rank
-    std::uint64_t context_ = 0;                         // user traffic; context_ + 1 carries hitch's own
+    std::uint64_t context_ = 0;                        // user traffic; context_ + 1 carries hitch's own
     int rank_ = 0;
     seconds_f timeout_{};
     std::atomic<std::uint64_t> splits_{0};
@@ -616,8 +621,10 @@ auto run_local(int ranks, F&& fn, const local_options& options = {}) {
             threads.emplace_back([&, r] {
                 try {
                     local comm = world.communicator(r);
-                    if constexpr (returns_value) results[static_cast<std::size_t>(r)].emplace(fn(comm));
-                    else fn(comm);
+                    if constexpr (returns_value)
+                        results[static_cast<std::size_t>(r)].emplace(fn(comm));
+                    else
+                        fn(comm);
                 } catch (const detail::local_aborted&) {
                     std::lock_guard lock(m);
                     if (!first_abort) first_abort = std::current_exception();

@@ -11,14 +11,14 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <cstdint>
-#include <cstdio>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <deque>
-#include <mutex>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,8 +58,7 @@ namespace detail {
 }
 
 inline void mpi_check(int code, std::string_view call) {
-    if (code != MPI_SUCCESS)
-        throw comm_error(concat("hitch::comm::mpi: ", call, " failed: ", mpi_error_string(code)));
+    if (code != MPI_SUCCESS) throw comm_error(concat("hitch::comm::mpi: ", call, " failed: ", mpi_error_string(code)));
 }
 
 [[nodiscard]] inline bool mpi_usable() {
@@ -156,10 +155,9 @@ private:
             }
             // The message goes to the earliest-posted receive it matches (MPI's rule), which may precede i.
             std::size_t target = 0;
-            while (target < i && !(unmatched_[target]->comm == probe_slot.comm &&
-                                   unmatched_[target]->tag == status.MPI_TAG &&
-                                   (unmatched_[target]->peer == any_source ||
-                                    unmatched_[target]->peer == status.MPI_SOURCE)))
+            while (target < i &&
+                   !(unmatched_[target]->comm == probe_slot.comm && unmatched_[target]->tag == status.MPI_TAG &&
+                     (unmatched_[target]->peer == any_source || unmatched_[target]->peer == status.MPI_SOURCE)))
                 ++target;
             auto slot = unmatched_[target];
             unmatched_.erase(unmatched_.begin() + static_cast<std::ptrdiff_t>(target));
@@ -266,7 +264,8 @@ public:
                 const int code = MPI_Test(&send_req_, &flag, MPI_STATUS_IGNORE);
                 if (code != MPI_SUCCESS) {
                     send_req_ = MPI_REQUEST_NULL;
-                    error_ = detail::concat("hitch::comm::mpi: ", describe(), " failed: ", detail::mpi_error_string(code));
+                    error_ =
+                        detail::concat("hitch::comm::mpi: ", describe(), " failed: ", detail::mpi_error_string(code));
                     throw comm_error(error_);
                 }
                 return flag != 0;
@@ -401,9 +400,13 @@ public:
         return post_recv(std::as_writable_bytes(data), peer, tag, comm_);
     }
     template <element_type T>
-    void send(std::span<const T> data, int peer, int tag) { isend(data, peer, tag).wait(); }
+    void send(std::span<const T> data, int peer, int tag) {
+        isend(data, peer, tag).wait();
+    }
     template <element_type T>
-    void send(std::span<T> data, int peer, int tag) { isend(std::span<const T>(data), peer, tag).wait(); }
+    void send(std::span<T> data, int peer, int tag) {
+        isend(std::span<const T>(data), peer, tag).wait();
+    }
     template <element_type T>
     message_info recv(std::span<T> data, int peer, int tag) {
         auto r = irecv(data, peer, tag);
@@ -417,11 +420,11 @@ public:
         const deadline limit(timeout_);
         std::optional<message_info> found;
         if (poll_until(limit, [&] { return (found = iprobe(peer, tag)).has_value(); })) return *found;
-        throw timeout_error("comm::mpi probe",
-                            detail::concat("from ", peer == any_source ? std::string("any rank")
-                                                                       : detail::concat("rank ", peer),
-                                           ", tag ", tag, ", on rank ", rank_),
-                            limit.waited());
+        throw timeout_error(
+            "comm::mpi probe",
+            detail::concat("from ", peer == any_source ? std::string("any rank") : detail::concat("rank ", peer),
+                           ", tag ", tag, ", on rank ", rank_),
+            limit.waited());
     }
     [[nodiscard]] std::optional<message_info> iprobe(int peer, int tag) {
         check_peer(peer, true, "iprobe");

@@ -80,11 +80,11 @@ public:
     struct state {
         std::size_t count = 0;
         std::uint64_t step = 0;
-        std::vector<float> u;  // momentum
-        std::vector<float> v;  // accumulated velocity (what has not been sent)
+        std::vector<float> u;                 // momentum
+        std::vector<float> v;                 // accumulated velocity (what has not been sent)
         std::vector<float> u_other, v_other;  // the previous u and v after an encode (for undo), else workspace
-        detail::sparse_selection selection;  // workspace
-        std::vector<float> scratch;          // workspace
+        detail::sparse_selection selection;   // workspace
+        std::vector<float> scratch;           // workspace
     };
 
     dgc() = default;
@@ -92,8 +92,14 @@ public:
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
     [[nodiscard]] state make_state(std::size_t count) const {
-        return {count, 0, std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f),
-                std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f), {}, {}};
+        return {count,
+                0,
+                std::vector<float>(count, 0.0f),
+                std::vector<float>(count, 0.0f),
+                std::vector<float>(count, 0.0f),
+                std::vector<float>(count, 0.0f),
+                {},
+                {}};
     }
     /// The density the schedule gives at encode number `step`.
     [[nodiscard]] double density(std::uint64_t step) const noexcept {
@@ -103,8 +109,8 @@ public:
         return std::max(warmup_density[stage], options_.final_density);
     }
     [[nodiscard]] std::size_t max_message_bytes(std::size_t n) const noexcept {
-        return wire::header_bytes + 8 + detail::selected_count(n, std::max(density(0), options_.final_density)) *
-                                            (4 + wire::varint_size(n));
+        return wire::header_bytes + 8 +
+               detail::selected_count(n, std::max(density(0), options_.final_density)) * (4 + wire::varint_size(n));
     }
 
     std::size_t encode_floats(std::span<const float> g, state& s, std::vector<std::byte>& bytes, dtype type) const {

@@ -38,8 +38,10 @@ namespace detail {
 /// `static constexpr bool own_error_feedback = true`.
 template <class Codec>
 inline constexpr bool has_own_error_feedback = [] {
-    if constexpr (requires { Codec::own_error_feedback; }) return static_cast<bool>(Codec::own_error_feedback);
-    else return false;
+    if constexpr (requires { Codec::own_error_feedback; })
+        return static_cast<bool>(Codec::own_error_feedback);
+    else
+        return false;
 }();
 
 /// Codec::summable_t<T> where the codec has one (named lazily, so codecs without it can still be wrapped).
@@ -91,8 +93,7 @@ public:
     [[nodiscard]] const Codec& inner() const noexcept { return codec_; }
 
     [[nodiscard]] state make_state(std::size_t count) const {
-        state s{codec_.make_state(count), std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f), {},
-                count};
+        state s{codec_.make_state(count), std::vector<float>(count, 0.0f), std::vector<float>(count, 0.0f), {}, count};
         return s;
     }
     [[nodiscard]] std::size_t max_message_bytes(std::size_t n) const { return codec_.max_message_bytes(n); }

@@ -118,7 +118,8 @@ private:
             for (std::size_t i = 0; i < n; ++i) {
                 if constexpr (std::is_same_v<U, half> || std::is_same_v<U, bfloat16>)
                     wire::store_le(out + 2 * i, in[i].bits());
-                else wire::store_le(out + sizeof(U) * i, in[i]);
+                else
+                    wire::store_le(out + sizeof(U) * i, in[i]);
             }
         }
     }
@@ -127,7 +128,8 @@ private:
     static D element_at(const std::byte* p, std::size_t i) {
         if constexpr (std::is_same_v<D, half> || std::is_same_v<D, bfloat16>)
             return D::from_bits(wire::load_le<std::uint16_t>(p + 2 * i));
-        else return wire::load_le<D>(p + sizeof(D) * i);
+        else
+            return wire::load_le<D>(p + sizeof(D) * i);
     }
 
     template <bool Add, class D, class T>
@@ -138,8 +140,10 @@ private:
             using wide = std::conditional_t<std::is_same_v<D, double> || std::is_same_v<T, double>, double, float>;
             for (std::size_t i = 0; i < out.size(); ++i) {
                 const wide v = static_cast<wide>(element_at<D>(p, i));
-                if constexpr (Add) out[i] = T(static_cast<wide>(out[i]) + v);
-                else out[i] = T(v);
+                if constexpr (Add)
+                    out[i] = T(static_cast<wide>(out[i]) + v);
+                else
+                    out[i] = T(v);
             }
         }
     }
@@ -155,10 +159,18 @@ private:
                                                      " elements of ", hitch::name(m.head.type)));
         const std::byte* p = m.payload.data();
         switch (m.head.type) {
-            case dtype::f16: convert<Add, half>(p, out); break;
-            case dtype::bf16: convert<Add, bfloat16>(p, out); break;
-            case dtype::f32: convert<Add, float>(p, out); break;
-            default: convert<Add, double>(p, out); break;  // open() admits only floating types
+            case dtype::f16:
+                convert<Add, half>(p, out);
+                break;
+            case dtype::bf16:
+                convert<Add, bfloat16>(p, out);
+                break;
+            case dtype::f32:
+                convert<Add, float>(p, out);
+                break;
+            default:
+                convert<Add, double>(p, out);
+                break;  // open() admits only floating types
         }
     }
 

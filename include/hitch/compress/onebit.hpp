@@ -98,7 +98,8 @@ inline void finish_block(const double* pos, const double* neg, std::size_t negat
 }
 
 template <bool EF>
-inline sign_sums sign_pass_portable(const float* g, const float* r, std::byte* bits, std::size_t n, sign_sums* partials) {
+inline sign_sums sign_pass_portable(const float* g, const float* r, std::byte* bits, std::size_t n,
+                                    sign_sums* partials) {
     sign_sums out;
     for (std::size_t start = 0; start < n; start += sign_block) {
         const std::size_t end = std::min(n, start + sign_block);
@@ -195,8 +196,10 @@ HITCH_TARGET_AVX2 inline void sign_decode_avx2(const std::byte* bits, float a, f
     }
     for (; i < n; ++i) {
         const float v = ((static_cast<unsigned>(bits[i / 8]) >> (i % 8)) & 1u) ? b : a;
-        if constexpr (Add) out[i] += v;
-        else out[i] = v;
+        if constexpr (Add)
+            out[i] += v;
+        else
+            out[i] = v;
     }
 }
 #endif
@@ -204,7 +207,8 @@ HITCH_TARGET_AVX2 inline void sign_decode_avx2(const std::byte* bits, float a, f
 /// The sign bits of v = g (+ r) and the sums of its two halves. With `partials`, block k's sums are also stored at
 /// partials[k] (the caller then combines chunks computed apart in block order).
 template <bool EF>
-inline sign_sums sign_pass(const float* g, const float* r, std::byte* bits, std::size_t n, sign_sums* partials = nullptr) {
+inline sign_sums sign_pass(const float* g, const float* r, std::byte* bits, std::size_t n,
+                           sign_sums* partials = nullptr) {
 #if HITCH_COMPRESS_X86
     if (use_wide()) return sign_pass_avx2<EF>(g, r, bits, n, partials);
 #endif
@@ -218,8 +222,10 @@ inline void sign_decode(const std::byte* bits, float a, float b, float* out, std
 #endif
     for (std::size_t i = 0; i < n; ++i) {
         const float v = ((static_cast<unsigned>(bits[i / 8]) >> (i % 8)) & 1u) ? b : a;
-        if constexpr (Add) out[i] += v;
-        else out[i] = v;
+        if constexpr (Add)
+            out[i] += v;
+        else
+            out[i] = v;
     }
 }
 
@@ -299,7 +305,8 @@ public:
             for (std::size_t begin = lo; begin < hi;) {
                 const std::size_t k = begin / size, end = std::min(hi, (k + 1) * size);
                 detail::sign_decode<Add>(bits.data() + begin / 8, wire::load_le<float>(pairs.data() + 8 * k),
-                                         wire::load_le<float>(pairs.data() + 8 * k + 4), out.data() + begin, end - begin);
+                                         wire::load_le<float>(pairs.data() + 8 * k + 4), out.data() + begin,
+                                         end - begin);
                 begin = end;
             }
         });

@@ -107,7 +107,7 @@ public:
     using options_type = powersgd_options;
 
     struct layer {
-        std::size_t offset = 0;    // first element in the bucket
+        std::size_t offset = 0;  // first element in the bucket
         std::size_t rows = 0;
         std::size_t cols = 0;
         std::size_t elements = 0;  // rows x cols, less the padding of a bare bucket's last row
@@ -151,8 +151,8 @@ public:
             total += s.rows * s.cols;
         }
         if (total != count)
-            throw config_error(hitch::detail::concat(who, ": the layer shapes cover ", total,
-                                                     " elements, the bucket has ", count));
+            throw config_error(
+                hitch::detail::concat(who, ": the layer shapes cover ", total, " elements, the bucket has ", count));
         return build(shapes, count, count);
     }
 
@@ -195,7 +195,8 @@ public:
                 for (std::size_t i = 0; i < L.rows; ++i) {
                     const std::size_t len = row_length(L, i);
                     for (std::size_t c = 0; c < r; ++c)
-                        out[c * L.rows + i] = len == 0 ? 0.0f : detail::dot_kernel(m + i * L.cols, qt + c * L.cols, len);
+                        out[c * L.rows + i] =
+                            len == 0 ? 0.0f : detail::dot_kernel(m + i * L.cols, qt + c * L.cols, len);
                 }
             });
         }
@@ -217,7 +218,8 @@ public:
             detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
                 for (std::size_t i = 0; i < L.rows; ++i) {
                     const std::size_t len = row_length(L, i);
-                    for (std::size_t c = 0; c < r; ++c) detail::axpy_kernel(ph[c * L.rows + i], m + i * L.cols, qt + c * L.cols, len);
+                    for (std::size_t c = 0; c < r; ++c)
+                        detail::axpy_kernel(ph[c * L.rows + i], m + i * L.cols, qt + c * L.cols, len);
                 }
             });
             std::copy(qt, qt + r * L.cols, q.data() + L.q_offset);
@@ -227,7 +229,8 @@ public:
     /// out = P Q_sum^T for compressed layers and the summed elements for the others; keeps E = M - P Q_local^T and
     /// Q_sum for the next step.
     template <class T>
-    void finish_low_rank(std::span<const float> p_sum, std::span<const float> q_sum, state& s, tensor_view<T> out) const {
+    void finish_low_rank(std::span<const float> p_sum, std::span<const float> q_sum, state& s,
+                         tensor_view<T> out) const {
         finish(p_sum, q_sum, s, &out);
     }
 
@@ -409,8 +412,9 @@ private:
             if (!L.compressed) {
                 if (out != nullptr)
                     for (std::size_t i = 0; i < L.elements; ++i) (*out)[L.offset + i] = T(p_sum[L.p_offset + i]);
-                if (ef) std::fill(s.residual.begin() + static_cast<std::ptrdiff_t>(L.offset),
-                                  s.residual.begin() + static_cast<std::ptrdiff_t>(L.offset + L.elements), 0.0f);
+                if (ef)
+                    std::fill(s.residual.begin() + static_cast<std::ptrdiff_t>(L.offset),
+                              s.residual.begin() + static_cast<std::ptrdiff_t>(L.offset + L.elements), 0.0f);
                 continue;
             }
             const float* ph = s.p_hat.data() + L.p_offset;
@@ -423,7 +427,8 @@ private:
                 if (out != nullptr) {
                     std::fill(row.begin(), row.end(), 0.0f);
                     detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
-                        for (std::size_t c = 0; c < r; ++c) detail::axpy_kernel(ph[c * L.rows + i], qs + c * L.cols, row.data(), len);
+                        for (std::size_t c = 0; c < r; ++c)
+                            detail::axpy_kernel(ph[c * L.rows + i], qs + c * L.cols, row.data(), len);
                     });
                     for (std::size_t j = 0; j < len; ++j) (*out)[L.offset + i * L.cols + j] = T(row[j]);
                 }
@@ -432,7 +437,8 @@ private:
                     const float* m = s.m.data() + L.offset + i * L.cols;
                     std::copy(m, m + len, e);
                     detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
-                        for (std::size_t c = 0; c < r; ++c) detail::axpy_kernel(-ph[c * L.rows + i], ql + c * L.cols, e, len);
+                        for (std::size_t c = 0; c < r; ++c)
+                            detail::axpy_kernel(-ph[c * L.rows + i], ql + c * L.cols, e, len);
                     });
                 }
             }
@@ -477,7 +483,8 @@ private:
             // Only the last layer may end in a zero-padded partial row.
             if (size > left && (l + 1 != count || size - left >= cols))
                 r.fail(hitch::detail::concat("layer ", l, " of shape ", rows, " x ", cols, " overruns the bucket"));
-            layers.push_back({static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), std::min(size, left), flag == 1});
+            layers.push_back(
+                {static_cast<std::size_t>(rows), static_cast<std::size_t>(cols), std::min(size, left), flag == 1});
             offset += std::min(size, left);
         }
         if (offset != n) r.fail(hitch::detail::concat("the layers cover ", offset, " of ", n, " elements"));
@@ -496,8 +503,10 @@ private:
             const entry& L = layers[li];
             const std::byte* d = data[li].data();
             auto emit = [&](std::size_t at, float v) {
-                if constexpr (Add) out[at] = T(static_cast<float>(out[at]) + v);
-                else out[at] = T(v);
+                if constexpr (Add)
+                    out[at] = T(static_cast<float>(out[at]) + v);
+                else
+                    out[at] = T(v);
             };
             if (!L.compressed) {
                 for (std::size_t i = 0; i < L.elements; ++i) emit(offset + i, wire::load_le<float>(d + 4 * i));
@@ -512,7 +521,8 @@ private:
                     if (start >= L.elements) break;
                     const std::size_t len = std::min(L.cols, L.elements - start);
                     std::fill(row.begin(), row.end(), 0.0f);
-                    for (std::size_t c = 0; c < rank; ++c) detail::axpy_kernel(pc[c * L.rows + i], qc.data() + c * L.cols, row.data(), len);
+                    for (std::size_t c = 0; c < rank; ++c)
+                        detail::axpy_kernel(pc[c * L.rows + i], qc.data() + c * L.cols, row.data(), len);
                     for (std::size_t j = 0; j < len; ++j) emit(offset + start + j, row[j]);
                 }
             }

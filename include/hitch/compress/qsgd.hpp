@@ -28,11 +28,11 @@
 #include <string_view>
 #include <vector>
 
-#include "hitch/compress/detail/codec.hpp"
-#include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/detail/bitstream.hpp"
+#include "hitch/compress/detail/codec.hpp"
 #include "hitch/compress/detail/elias_gamma.hpp"
 #include "hitch/compress/detail/moments.hpp"
+#include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/detail/quantize.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/detail/x86/moments_avx512.hpp"
@@ -90,7 +90,9 @@ public:
 
     [[nodiscard]] state make_state(std::size_t count) const { return {count, 0, 0, {}, {}}; }
     /// Bits per fixed-width code.
-    [[nodiscard]] unsigned code_bits() const noexcept { return 1u + static_cast<unsigned>(std::bit_width(options_.levels)); }
+    [[nodiscard]] unsigned code_bits() const noexcept {
+        return 1u + static_cast<unsigned>(std::bit_width(options_.levels));
+    }
     [[nodiscard]] std::size_t groups(std::size_t n) const noexcept {
         if (n == 0) return 0;
         return options_.group_size == 0 ? 1 : detail::ceil_div(n, options_.group_size);
@@ -101,8 +103,8 @@ public:
     }
     [[nodiscard]] std::size_t max_message_bytes(std::size_t n) const noexcept {
         if (options_.coding == qsgd_coding::fixed) return message_bytes(n);
-        const std::size_t worst_bits = n * (detail::bit_writer::gamma_bits(n + 1) + 1 +
-                                            detail::bit_writer::gamma_bits(options_.levels));
+        const std::size_t worst_bits =
+            n * (detail::bit_writer::gamma_bits(n + 1) + 1 + detail::bit_writer::gamma_bits(options_.levels));
         return wire::header_bytes + 24 + 4 * groups(n) + (worst_bits + 7) / 8;
     }
 
@@ -111,8 +113,8 @@ public:
     }
 
     /// Encodes v = g + r_in; r_out = v - Q(v).
-    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out, state& s,
-                                 std::vector<std::byte>& bytes, dtype type) const {
+    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out,
+                                 state& s, std::vector<std::byte>& bytes, dtype type) const {
         return encode_impl<true>(g.data(), r_in.data(), r_out.data(), g.size(), s, bytes, type);
     }
 
@@ -139,8 +141,10 @@ public:
                 r.fail(hitch::detail::concat("norm of group ", k, " is ", norm, ", not a finite non-negative number"));
             unit[k] = norm / static_cast<float>(s);
         }
-        if (coding == 0) decode_fixed<Add>(r, n, s, size, unit, out);
-        else decode_elias<Add>(r, n, s, size, unit, out);
+        if (coding == 0)
+            decode_fixed<Add>(r, n, s, size, unit, out);
+        else
+            decode_elias<Add>(r, n, s, size, unit, out);
     }
 
     /// Takes back the last encode's step (the aggregation calls it when another rank failed to encode).
@@ -207,11 +211,13 @@ private:
                         continue;
                     }
                     const auto norm = static_cast<float>(std::sqrt(mo.sum_squares));
-                    if (fixed) wire::store_le(p + 16 + 4 * k, norm);
-                    else norms[k] = norm;
+                    if (fixed)
+                        wire::store_le(p + 16 + 4 * k, norm);
+                    else
+                        norms[k] = norm;
                     const detail::quantizer q{
-                        norm > 0.0f ? static_cast<float>(static_cast<double>(options_.levels) / norm) : 0.0f, norm / levels,
-                        levels, static_cast<std::int32_t>(options_.levels), 0.0f};
+                        norm > 0.0f ? static_cast<float>(static_cast<double>(options_.levels) / norm) : 0.0f,
+                        norm / levels, levels, static_cast<std::int32_t>(options_.levels), 0.0f};
                     Code* c = fixed ? local.data() : codes.data() + begin;
                     detail::quantize<EF, false>(g + begin, EF ? r_in + begin : nullptr, EF ? r_out + begin : nullptr,
                                                 len, begin, base, q, c, tier);
@@ -270,10 +276,14 @@ private:
         const unsigned b = 1u + static_cast<unsigned>(std::bit_width(s));
         const auto stream = r.take(detail::code_bytes(n, b), "codes");
         r.expect_end();
-        if (n * b % 8 != 0 && (static_cast<unsigned>(stream.back()) >> (n * b % 8)) != 0) r.fail("padding bits are not zero");
-        if (b == 2 || b == 4 || b == 8) decode_bytes<Add>(r, stream.data(), n, s, b, size, unit, out);
-        else if (b < 8) decode_codes<Add, std::uint8_t>(r, stream.data(), n, s, b, size, unit, out);
-        else decode_codes<Add, std::uint16_t>(r, stream.data(), n, s, b, size, unit, out);
+        if (n * b % 8 != 0 && (static_cast<unsigned>(stream.back()) >> (n * b % 8)) != 0)
+            r.fail("padding bits are not zero");
+        if (b == 2 || b == 4 || b == 8)
+            decode_bytes<Add>(r, stream.data(), n, s, b, size, unit, out);
+        else if (b < 8)
+            decode_codes<Add, std::uint8_t>(r, stream.data(), n, s, b, size, unit, out);
+        else
+            decode_codes<Add, std::uint16_t>(r, stream.data(), n, s, b, size, unit, out);
     }
 
     /// Checks every code (level <= s, no negative zero) before writing anything, then decodes, group by group.
@@ -285,13 +295,15 @@ private:
         const std::size_t bad_at = detail::first_invalid_code(tables, stream, n, b, s);
         if (bad_at != n) {
             const std::uint32_t c = detail::code_at(stream, bad_at, b);
-            r.fail(hitch::detail::concat("code ", c, " of element ", bad_at, " is not a level in [0, ", s, "] with a sign"));
+            r.fail(hitch::detail::concat("code ", c, " of element ", bad_at, " is not a level in [0, ", s,
+                                         "] with a sign"));
         }
         detail::for_chunks(n, size, options_.parallel, [&](std::size_t lo, std::size_t hi) {
             detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
                 for (std::size_t begin = lo; begin < hi; begin += size) {
                     const std::size_t len = std::min(size, n - begin);
-                    detail::decode_bytes<Add>(tables, stream + begin * b / 8, len, unit[begin / size], out.data() + begin);
+                    detail::decode_bytes<Add>(tables, stream + begin * b / 8, len, unit[begin / size],
+                                              out.data() + begin);
                 }
             });
         });
@@ -312,7 +324,8 @@ private:
                     detail::unpack_codes(stream + begin * b / 8, len, b, codes.data());
                     std::uint32_t bad = 0;
                     for (std::size_t i = 0; i < len; ++i)
-                        bad |= static_cast<std::uint32_t>((codes[i] >> 1) > s) | static_cast<std::uint32_t>(codes[i] == 1u);
+                        bad |= static_cast<std::uint32_t>((codes[i] >> 1) > s) |
+                               static_cast<std::uint32_t>(codes[i] == 1u);
                     if (bad != 0)
                         for (std::size_t i = 0; i < len; ++i)
                             if ((codes[i] >> 1) > s || codes[i] == 1u) {
@@ -325,7 +338,8 @@ private:
         const std::size_t bad_at = groups == 0 ? n : *std::min_element(first_bad.begin(), first_bad.end());
         if (bad_at != n) {
             const std::uint32_t c = detail::code_at(stream, bad_at, b);
-            r.fail(hitch::detail::concat("code ", c, " of element ", bad_at, " is not a level in [0, ", s, "] with a sign"));
+            r.fail(hitch::detail::concat("code ", c, " of element ", bad_at, " is not a level in [0, ", s,
+                                         "] with a sign"));
         }
         detail::for_chunks(n, size, options_.parallel, [&](std::size_t lo, std::size_t hi) {
             std::vector<Code> codes(std::min(size, hi - lo));
@@ -338,8 +352,10 @@ private:
                     for (std::size_t i = 0; i < len; ++i) {
                         const float mag = static_cast<float>(codes[i] >> 1) * u;
                         const float v = (codes[i] & 1u) ? -mag : mag;
-                        if constexpr (Add) o[i] += v;
-                        else o[i] = v;
+                        if constexpr (Add)
+                            o[i] += v;
+                        else
+                            o[i] = v;
                     }
                 }
             });

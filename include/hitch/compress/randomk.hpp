@@ -96,10 +96,10 @@ public:
     using options_type = randomk_options;
     struct state {
         std::size_t count = 0;
-        std::uint64_t step = 0;                 // the same on every rank
-        std::uint64_t last_key = 0;             // key of the last draw
-        std::vector<std::uint64_t> indices;     // the last draw's coordinates
-        std::vector<std::uint64_t> bitmap;      // workspace
+        std::uint64_t step = 0;              // the same on every rank
+        std::uint64_t last_key = 0;          // key of the last draw
+        std::vector<std::uint64_t> indices;  // the last draw's coordinates
+        std::vector<std::uint64_t> bitmap;   // workspace
     };
     template <class T>
     using summable_t = float;
@@ -124,8 +124,8 @@ public:
     }
 
     /// Encodes v = g + r_in at the drawn coordinates; r_out = v - D(m).
-    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out, state& s,
-                                 std::vector<std::byte>& bytes, dtype type) const {
+    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out,
+                                 state& s, std::vector<std::byte>& bytes, dtype type) const {
         for (std::size_t i = 0; i < g.size(); ++i) r_out[i] = g[i] + r_in[i];
         check_finite(r_out.data(), r_out.size(), "the bucket plus its residual");
         draw(s, g.size());

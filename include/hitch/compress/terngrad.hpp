@@ -25,8 +25,8 @@
 #include <string_view>
 #include <vector>
 
-#include "hitch/compress/detail/codec.hpp"
 #include "hitch/compress/detail/bitstream.hpp"
+#include "hitch/compress/detail/codec.hpp"
 #include "hitch/compress/detail/moments.hpp"
 #include "hitch/compress/detail/quantize.hpp"
 #include "hitch/compress/detail/random.hpp"
@@ -83,8 +83,8 @@ public:
     }
 
     /// Encodes v = g + r_in; r_out = v - tern(v).
-    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out, state& s,
-                                 std::vector<std::byte>& bytes, dtype type) const {
+    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out,
+                                 state& s, std::vector<std::byte>& bytes, dtype type) const {
         return encode_impl<true>(g.data(), r_in.data(), r_out.data(), g.size(), s, bytes, type);
     }
 
@@ -103,7 +103,8 @@ public:
             const auto c = static_cast<unsigned>(codes[j]);
             if ((c & 0x55u & ~(c >> 1)) != 0) r.fail(hitch::detail::concat("code 01 in byte ", j));
         }
-        if (n % 4 != 0 && (static_cast<unsigned>(codes.back()) >> (2 * (n % 4))) != 0) r.fail("padding bits are not zero");
+        if (n % 4 != 0 && (static_cast<unsigned>(codes.back()) >> (2 * (n % 4))) != 0)
+            r.fail("padding bits are not zero");
         static const detail::byte_tables tables(2, 1);
         detail::for_chunks(n, block, options_.parallel, [&](std::size_t lo, std::size_t hi) {
             detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
@@ -143,7 +144,8 @@ private:
     /// R_b < S are kept with probability R_b / S (thinning): P(code != 0) = |v| / S, each element independently,
     /// which is TernGrad's distribution exactly (up to the 2^-23 resolution of the draws). Only the 2-bit codes are
     /// read again, not the floats.
-    std::size_t encode_one_pass(const float* g, std::size_t n, state& s, std::vector<std::byte>& bytes, dtype type) const {
+    std::size_t encode_one_pass(const float* g, std::size_t n, state& s, std::vector<std::byte>& bytes,
+                                dtype type) const {
         const std::size_t payload = 8 + detail::code_bytes(n, 2);
         wire::writer w(bytes, codec_id, type, n, payload);
         std::byte* p = w.payload();
@@ -167,7 +169,8 @@ private:
                         running[begin / step_block] = r;
                         const detail::quantizer q{r > 0.0f ? 1.0f / r : 0.0f, r, 1.0f, 1,
                                                   std::numeric_limits<float>::infinity()};
-                        detail::quantize<false, false>(g + begin, nullptr, nullptr, len, begin, base, q, codes.data(), tier);
+                        detail::quantize<false, false>(g + begin, nullptr, nullptr, len, begin, base, q, codes.data(),
+                                                       tier);
                         detail::pack_codes(codes.data(), len, 2, p + 8 + begin / 4);
                     }
                 }
@@ -186,7 +189,8 @@ private:
                         if (r == scale) continue;
                         // P(keep) = floor(2^23 R_b / S) / 2^23 (R_b / S < 1 here; R_b = 0 left nothing to keep).
                         const auto threshold = static_cast<std::uint32_t>((r / scale) * 8388608.0f);
-                        detail::thin(p + 8 + begin / 4, std::min(step_block, hi - begin), begin, thin_base, threshold, tier);
+                        detail::thin(p + 8 + begin / 4, std::min(step_block, hi - begin), begin, thin_base, threshold,
+                                     tier);
                     }
                 });
             });
@@ -202,8 +206,9 @@ private:
         if constexpr (!EF) {
             if (!clipping) return encode_one_pass(g, n, s, bytes, type);
         }
-        const detail::group_moments mo = clipping ? detail::moments_parallel<EF, true, true>(g, r_in, n, options_.parallel)
-                                                  : detail::moments_parallel<EF, false, false>(g, r_in, n, options_.parallel);
+        const detail::group_moments mo =
+            clipping ? detail::moments_parallel<EF, true, true>(g, r_in, n, options_.parallel)
+                     : detail::moments_parallel<EF, false, false>(g, r_in, n, options_.parallel);
         if (!mo.finite) detail::throw_non_finite(who, EF ? "the bucket plus its residual" : "the bucket");
         float clip = std::numeric_limits<float>::infinity();
         float scale = mo.max_abs;
@@ -230,8 +235,10 @@ private:
                     const float* gb = g + begin;
                     const float* rb = EF ? r_in + begin : nullptr;
                     float* ob = EF ? r_out + begin : nullptr;
-                    if (clipping) detail::quantize<EF, true>(gb, rb, ob, len, begin, base, q, codes.data(), tier);
-                    else detail::quantize<EF, false>(gb, rb, ob, len, begin, base, q, codes.data(), tier);
+                    if (clipping)
+                        detail::quantize<EF, true>(gb, rb, ob, len, begin, base, q, codes.data(), tier);
+                    else
+                        detail::quantize<EF, false>(gb, rb, ob, len, begin, base, q, codes.data(), tier);
                     detail::pack_codes(codes.data(), len, 2, p + 8 + begin / 4);
                 }
             });

@@ -75,13 +75,14 @@ public:
     }
 
     /// Encodes v = g + r_in; r_out = v with the sent elements reduced by +-tau.
-    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out, state& s,
-                                 std::vector<std::byte>& bytes, dtype type) const {
+    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out,
+                                 state& s, std::vector<std::byte>& bytes, dtype type) const {
         detail::for_chunks(g.size(), 4096, options_.parallel, [&](std::size_t lo, std::size_t hi) {
             for (std::size_t i = lo; i < hi; ++i) r_out[i] = g[i] + r_in[i];
         });
         bool finite = true;
-        detail::collect_at_least_parallel(r_out.data(), r_out.size(), options_.tau, s.selection, finite, options_.parallel);
+        detail::collect_at_least_parallel(r_out.data(), r_out.size(), options_.tau, s.selection, finite,
+                                          options_.parallel);
         if (!finite) detail::throw_non_finite(who, "the bucket plus its residual");
         const std::size_t size = write(s.selection, g.size(), bytes, type);
         for (std::size_t j = 0; j < s.selection.size(); ++j) {
@@ -97,9 +98,11 @@ public:
         wire::reader r(m.payload, who);
         const std::uint64_t count = r.count("sent count", n);
         const float tau = r.get<float>("tau");
-        if (!(tau > 0.0f) || !std::isfinite(tau)) r.fail(hitch::detail::concat("tau ", tau, " is not positive and finite"));
+        if (!(tau > 0.0f) || !std::isfinite(tau))
+            r.fail(hitch::detail::concat("tau ", tau, " is not positive and finite"));
         const auto rest = r.rest();
-        if (count > rest.size()) r.fail(hitch::detail::concat("truncated: ", count, " indices in ", rest.size(), " bytes"));
+        if (count > rest.size())
+            r.fail(hitch::detail::concat("truncated: ", count, " indices in ", rest.size(), " bytes"));
         // Parse and check everything before touching `out`.
         std::vector<std::uint64_t> index(static_cast<std::size_t>(count));
         std::vector<std::uint8_t> negative(static_cast<std::size_t>(count));
@@ -115,7 +118,8 @@ public:
             next = index[j] + 1;
         }
         if (!vr.done())
-            r.fail(hitch::detail::concat(rest.data() + rest.size() - vr.position(), " unexpected bytes after the indices"));
+            r.fail(hitch::detail::concat(rest.data() + rest.size() - vr.position(),
+                                         " unexpected bytes after the indices"));
         if constexpr (!Add) std::fill(out.begin(), out.end(), 0.0f);
         for (std::size_t j = 0; j < count; ++j) out[index[j]] += negative[j] ? -tau : tau;
     }

@@ -103,8 +103,8 @@ public:
     }
 
     /// Encodes the top-k of v = g + r_in; r_out = v with the sent elements set to zero.
-    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out, state& s,
-                                 std::vector<std::byte>& bytes, dtype type) const {
+    std::size_t encode_ef_floats(std::span<const float> g, std::span<const float> r_in, std::span<float> r_out,
+                                 state& s, std::vector<std::byte>& bytes, dtype type) const {
         for (std::size_t i = 0; i < g.size(); ++i) r_out[i] = g[i] + r_in[i];
         select(r_out.data(), r_out.size(), s);
         const std::size_t size = write(s.selection, g.size(), bytes, type);

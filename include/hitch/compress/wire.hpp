@@ -159,17 +159,15 @@ inline void write_header(std::byte* at, const header& h) {
 }
 
 /// Recomputes and stores the checksum of a message whose header and payload are in place.
-inline void seal(std::span<std::byte> whole) {
-    store_le(whole.data() + checksum_offset, checksum_of(whole));
-}
+inline void seal(std::span<std::byte> whole) { store_le(whole.data() + checksum_offset, checksum_of(whole)); }
 
 /// Builds one message in a caller's buffer, reusing its capacity: begin() writes a provisional header and makes
 /// room for up to `max_payload` bytes; the codec fills payload(); finish(n) sets the payload length, trims the
 /// buffer to header + n bytes, and seals it.
 class writer {
 public:
-    writer(std::vector<std::byte>& out, std::uint8_t codec, dtype type, std::uint64_t count,
-           std::size_t max_payload, std::uint32_t magic = message_magic, std::uint8_t flags = 0)
+    writer(std::vector<std::byte>& out, std::uint8_t codec, dtype type, std::uint64_t count, std::size_t max_payload,
+           std::uint32_t magic = message_magic, std::uint8_t flags = 0)
         : out_(out) {
         head_.magic = magic;
         head_.codec = codec;
@@ -221,28 +219,30 @@ struct expect {
 [[nodiscard]] inline message_view open(std::span<const std::byte> bytes, const expect& e) {
     if (bytes.size() < header_bytes)
         corrupt(e.who, hitch::detail::concat("truncated: ", bytes.size(), " bytes, shorter than the ", header_bytes,
-                                      "-byte header"));
+                                             "-byte header"));
     std::uint32_t reserved = 0;
     const header h = read_header(bytes.data(), &reserved);
     if (h.magic != e.magic)
-        corrupt(e.who, hitch::detail::concat("magic \"", magic_text(h.magic), "\" is not \"", magic_text(e.magic),
+        corrupt(e.who,
+                hitch::detail::concat("magic \"", magic_text(h.magic), "\" is not \"", magic_text(e.magic),
                                       "\" (not a hitch ", e.magic == state_magic ? "state blob" : "message", ")"));
     if (h.version != format_version)
         corrupt(e.who, hitch::detail::concat("format version ", int{h.version}, " is not ", int{format_version}));
     if (h.codec != e.codec)
         corrupt(e.who, hitch::detail::concat("codec id ", int{h.codec}, " is not ", int{e.codec},
-                                      " (a message of another codec)"));
+                                             " (a message of another codec)"));
     if (!is_floating(h.type))
-        corrupt(e.who, hitch::detail::concat("element type code ", static_cast<int>(h.type), " is not a floating type"));
+        corrupt(e.who,
+                hitch::detail::concat("element type code ", static_cast<int>(h.type), " is not a floating type"));
     if (h.flags != e.flags) corrupt(e.who, hitch::detail::concat("flags ", int{h.flags}, " are not ", int{e.flags}));
     if (reserved != 0) corrupt(e.who, "reserved header field is not zero");
     if (h.payload_bytes != bytes.size() - header_bytes)
         corrupt(e.who, hitch::detail::concat("header announces ", h.payload_bytes, " payload bytes but ",
-                                      bytes.size() - header_bytes, " follow the header (truncated or padded)"));
+                                             bytes.size() - header_bytes, " follow the header (truncated or padded)"));
     const std::uint32_t actual = checksum_of(bytes);
     if (actual != h.checksum)
-        corrupt(e.who, hitch::detail::concat("checksum mismatch (header says 0x", std::hex, h.checksum, ", bytes give 0x",
-                                      actual, ")"));
+        corrupt(e.who, hitch::detail::concat("checksum mismatch (header says 0x", std::hex, h.checksum,
+                                             ", bytes give 0x", actual, ")"));
     return {h, bytes.subspan(header_bytes)};
 }
 
@@ -327,8 +327,8 @@ inline void seal_state(std::vector<std::byte>& out, std::uint8_t codec, std::uin
     if (blob.size() > 4 && load_le<std::uint32_t>(blob.data()) == state_magic && blob[4] == std::byte{1}) {
         m = open(blob, {who, codec, state_magic, flags});
     } else {
-        const frame_view f = open_frame(blob, {state_frame_magic, format_version, state_version, who,
-                                               "hitch codec state blob"});
+        const frame_view f =
+            open_frame(blob, {state_frame_magic, format_version, state_version, who, "hitch codec state blob"});
         reader r(f.payload, who);
         m.head.magic = state_magic;
         m.head.version = static_cast<std::uint8_t>(f.version);
@@ -350,7 +350,8 @@ inline void seal_state(std::vector<std::byte>& out, std::uint8_t codec, std::uin
             corrupt(who, hitch::detail::concat("flags ", int{m.head.flags}, " are not ", int{flags}));
     }
     if (m.head.count != count)
-        corrupt(who, hitch::detail::concat("the saved state is for a bucket of ", m.head.count, " elements, not ", count));
+        corrupt(who,
+                hitch::detail::concat("the saved state is for a bucket of ", m.head.count, " elements, not ", count));
     return m;
 }
 

@@ -65,11 +65,11 @@ concept allreduce_schedule =
 /// `reduce(t, input, output, op, root)` leaves the result in `output` on `root` (output may alias input; elsewhere
 /// it is workspace, or scratch when empty) and `broadcast(t, data, root)`.
 template <class S, class Transport>
-concept schedule_has_rooted_forms = requires(const S& s, Transport& t, std::span<const float> in,
-                                             std::span<float> out, int root, reduce_op op) {
-    s.reduce(t, in, out, op, root);
-    s.broadcast(t, out, root);
-};
+concept schedule_has_rooted_forms =
+    requires(const S& s, Transport& t, std::span<const float> in, std::span<float> out, int root, reduce_op op) {
+        s.reduce(t, in, out, op, root);
+        s.broadcast(t, out, root);
+    };
 
 /// A schedule that can also reduce to one rank and broadcast from one (what hierarchical<Intra, Inter> needs of
 /// Intra).
@@ -82,17 +82,19 @@ concept rooted_schedule = allreduce_schedule<S, Transport> && schedule_has_roote
 template <class S, class Transport>
 consteval bool check_allreduce_schedule() {
     if constexpr (!schedule_has_name<S>) {
-        static_assert(schedule_has_name<S>, "hitch::allreduce_schedule: the schedule type has no name: add "
-                                            "`static constexpr std::string_view name = \"my_schedule\";`");
+        static_assert(schedule_has_name<S>,
+                      "hitch::allreduce_schedule: the schedule type has no name: add "
+                      "`static constexpr std::string_view name = \"my_schedule\";`");
     } else if constexpr (!schedule_has_options<S>) {
         static_assert(schedule_has_options<S>,
                       "hitch::allreduce_schedule: the schedule type has no options: add a nested "
                       "`struct options_type { void validate() const; };`, a default constructor, a constructor "
                       "taking `const options_type&` and `const options_type& options() const`");
     } else if constexpr (!schedule_has_cost<S>) {
-        static_assert(schedule_has_cost<S>, "hitch::allreduce_schedule: the schedule type has no cost: add "
-                                            "`hitch::cost_estimate cost(int p, std::size_t n_bytes, "
-                                            "const hitch::cost_constants&) const`");
+        static_assert(schedule_has_cost<S>,
+                      "hitch::allreduce_schedule: the schedule type has no cost: add "
+                      "`hitch::cost_estimate cost(int p, std::size_t n_bytes, "
+                      "const hitch::cost_constants&) const`");
     } else if constexpr (!schedule_runs_on<S, Transport>) {
         static_assert(schedule_runs_on<S, Transport>,
                       "hitch::allreduce_schedule: the schedule cannot run on this transport: add `template <class "

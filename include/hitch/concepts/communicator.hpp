@@ -169,8 +169,10 @@ concept has_clock = requires(const C& c) {
 /// The deadline `timeout` from now on the communicator's clock: its own where it has one, else the steady clock.
 template <class C>
 [[nodiscard]] deadline deadline_for(const C& comm, seconds_f timeout) {
-    if constexpr (has_clock<C>) return deadline(timeout, comm.clock());
-    else return deadline(timeout);
+    if constexpr (has_clock<C>)
+        return deadline(timeout, comm.clock());
+    else
+        return deadline(timeout);
 }
 
 /// Returns true when C models communicator; otherwise fails to compile with one sentence naming the first
@@ -179,11 +181,13 @@ template <class C>
 template <class C>
 consteval bool check_communicator() {
     if constexpr (!std::movable<C>) {
-        static_assert(std::movable<C>, "hitch::communicator: the communicator type cannot be moved: give it a move "
-                                       "constructor and a move assignment");
+        static_assert(std::movable<C>,
+                      "hitch::communicator: the communicator type cannot be moved: give it a move "
+                      "constructor and a move assignment");
     } else if constexpr (!communicator_has_rank_and_size<C>) {
-        static_assert(communicator_has_rank_and_size<C>, "hitch::communicator: the communicator type has no rank or "
-                                                         "size: add `int rank() const` and `int size() const`");
+        static_assert(communicator_has_rank_and_size<C>,
+                      "hitch::communicator: the communicator type has no rank or "
+                      "size: add `int rank() const` and `int size() const`");
     } else if constexpr (!communicator_has_point_to_point<C>) {
         static_assert(communicator_has_point_to_point<C>,
                       "hitch::communicator: the communicator type cannot send or receive: add a nested `request` "
@@ -191,18 +195,22 @@ consteval bool check_communicator() {
                       "T>, int peer, int tag)`, `request irecv(std::span<T>, int peer, int tag)`, "
                       "`message_info probe(int peer, int tag)` and `int max_tag() const`");
     } else if constexpr (!communicator_has_barrier<C>) {
-        static_assert(communicator_has_barrier<C>, "hitch::communicator: the communicator type has no barrier: add "
-                                                   "`void barrier()`");
+        static_assert(communicator_has_barrier<C>,
+                      "hitch::communicator: the communicator type has no barrier: add "
+                      "`void barrier()`");
     } else if constexpr (!communicator_has_split<C>) {
-        static_assert(communicator_has_split<C>, "hitch::communicator: the communicator type cannot split: add "
-                                                 "`C split(int color, int key)` returning the same type");
+        static_assert(communicator_has_split<C>,
+                      "hitch::communicator: the communicator type cannot split: add "
+                      "`C split(int color, int key)` returning the same type");
     } else if constexpr (!communicator_has_deadline<C>) {
-        static_assert(communicator_has_deadline<C>, "hitch::communicator: the communicator type has no timeout: add "
-                                                    "`hitch::seconds_f timeout() const` and "
-                                                    "`void set_timeout(hitch::seconds_f)`");
+        static_assert(communicator_has_deadline<C>,
+                      "hitch::communicator: the communicator type has no timeout: add "
+                      "`hitch::seconds_f timeout() const` and "
+                      "`void set_timeout(hitch::seconds_f)`");
     } else if constexpr (!communicator_has_name<C>) {
-        static_assert(communicator_has_name<C>, "hitch::communicator: the communicator type has no name: add "
-                                                "`std::string_view name() const`");
+        static_assert(communicator_has_name<C>,
+                      "hitch::communicator: the communicator type has no name: add "
+                      "`std::string_view name() const`");
     }
     return true;
 }

@@ -87,9 +87,9 @@ concept compressor_saves_state =
 
 /// A gradient codec with a checked wire format and typed per-bucket state.
 template <class X>
-concept compressor = std::copy_constructible<X> && compressor_has_identity<X> && compressor_has_options<X> &&
-                     compressor_has_traits<X> && compressor_has_state<X> && compressor_can_encode<X> &&
-                     compressor_can_decode<X> && compressor_saves_state<X>;
+concept compressor =
+    std::copy_constructible<X> && compressor_has_identity<X> && compressor_has_options<X> && compressor_has_traits<X> &&
+    compressor_has_state<X> && compressor_can_encode<X> && compressor_can_decode<X> && compressor_saves_state<X>;
 
 /// Returns true when X models compressor; otherwise fails to compile with one sentence naming the first
 /// requirement X misses and what to write. Use it where a user's codec first meets hitch:
@@ -97,39 +97,46 @@ concept compressor = std::copy_constructible<X> && compressor_has_identity<X> &&
 template <class X>
 consteval bool check_compressor() {
     if constexpr (!std::copy_constructible<X>) {
-        static_assert(std::copy_constructible<X>, "hitch::compressor: the codec type cannot be copied: a codec "
-                                                  "holds only its options; keep per-bucket data in its state");
+        static_assert(std::copy_constructible<X>,
+                      "hitch::compressor: the codec type cannot be copied: a codec "
+                      "holds only its options; keep per-bucket data in its state");
     } else if constexpr (!compressor_has_identity<X>) {
-        static_assert(compressor_has_identity<X>, "hitch::compressor: the codec type has no identity: add "
-                                                  "`static constexpr std::uint8_t codec_id = 200;` (128..255 for "
-                                                  "your own codecs) and `static constexpr std::string_view name = "
-                                                  "\"my_codec\";`");
+        static_assert(compressor_has_identity<X>,
+                      "hitch::compressor: the codec type has no identity: add "
+                      "`static constexpr std::uint8_t codec_id = 200;` (128..255 for "
+                      "your own codecs) and `static constexpr std::string_view name = "
+                      "\"my_codec\";`");
     } else if constexpr (!compressor_has_options<X>) {
         static_assert(compressor_has_options<X>,
                       "hitch::compressor: the codec type has no options: add a nested `struct options_type { void "
                       "validate() const; };`, a default constructor, a constructor taking `const options_type&` and "
                       "`const options_type& options() const`");
     } else if constexpr (!compressor_has_traits<X>) {
-        static_assert(compressor_has_traits<X>, "hitch::compressor: the codec type does not state its traits: add "
-                                                "`static constexpr bool additive`, `needs_error_feedback` and "
-                                                "`ring_compressible`");
+        static_assert(compressor_has_traits<X>,
+                      "hitch::compressor: the codec type does not state its traits: add "
+                      "`static constexpr bool additive`, `needs_error_feedback` and "
+                      "`ring_compressible`");
     } else if constexpr (!compressor_has_state<X>) {
-        static_assert(compressor_has_state<X>, "hitch::compressor: the codec type has no per-bucket state: add a "
-                                               "nested `state` type and `state make_state(std::size_t n) const`");
+        static_assert(compressor_has_state<X>,
+                      "hitch::compressor: the codec type has no per-bucket state: add a "
+                      "nested `state` type and `state make_state(std::size_t n) const`");
     } else if constexpr (!compressor_can_encode<X>) {
-        static_assert(compressor_can_encode<X>, "hitch::compressor: the codec type cannot encode: add "
-                                                "`std::size_t encode(hitch::tensor_view<const float>, state&, "
-                                                "std::vector<std::byte>&) const` and "
-                                                "`std::size_t max_message_bytes(std::size_t n) const`");
+        static_assert(compressor_can_encode<X>,
+                      "hitch::compressor: the codec type cannot encode: add "
+                      "`std::size_t encode(hitch::tensor_view<const float>, state&, "
+                      "std::vector<std::byte>&) const` and "
+                      "`std::size_t max_message_bytes(std::size_t n) const`");
     } else if constexpr (!compressor_can_decode<X>) {
-        static_assert(compressor_can_decode<X>, "hitch::compressor: the codec type cannot decode: add "
-                                                "`void decode(std::span<const std::byte>, hitch::tensor_view<float>) "
-                                                "const` and `void decode_add(std::span<const std::byte>, "
-                                                "hitch::tensor_view<float>) const`");
+        static_assert(compressor_can_decode<X>,
+                      "hitch::compressor: the codec type cannot decode: add "
+                      "`void decode(std::span<const std::byte>, hitch::tensor_view<float>) "
+                      "const` and `void decode_add(std::span<const std::byte>, "
+                      "hitch::tensor_view<float>) const`");
     } else if constexpr (!compressor_saves_state<X>) {
-        static_assert(compressor_saves_state<X>, "hitch::compressor: the codec type cannot save its state: add "
-                                                 "`void save_state(const state&, std::vector<std::byte>&) const` and "
-                                                 "`void load_state(std::span<const std::byte>, state&) const`");
+        static_assert(compressor_saves_state<X>,
+                      "hitch::compressor: the codec type cannot save its state: add "
+                      "`void save_state(const state&, std::vector<std::byte>&) const` and "
+                      "`void load_state(std::span<const std::byte>, state&) const`");
     }
     return true;
 }
@@ -137,15 +144,14 @@ consteval bool check_compressor() {
 /// An additive codec whose encoded elements an all-reduce can sum: encode_summable writes summable_count(state, n)
 /// elements of type summable_t<T>, decode_summed turns the sum back into gradients.
 template <class X>
-concept summable_compressor =
-    compressor<X> && X::additive &&
-    requires(const X& x, typename X::state& s, const typename X::state& cs, tensor_view<const float> in,
-             tensor_view<float> out, std::size_t n) {
-        typename X::template summable_t<float>;
-        { x.summable_count(cs, n) } -> std::convertible_to<std::size_t>;
-        x.encode_summable(in, s, std::span<typename X::template summable_t<float>>{});
-        x.decode_summed(std::span<const typename X::template summable_t<float>>{}, cs, out);
-    };
+concept summable_compressor = compressor<X> && X::additive &&
+                              requires(const X& x, typename X::state& s, const typename X::state& cs,
+                                       tensor_view<const float> in, tensor_view<float> out, std::size_t n) {
+                                  typename X::template summable_t<float>;
+                                  { x.summable_count(cs, n) } -> std::convertible_to<std::size_t>;
+                                  x.encode_summable(in, s, std::span<typename X::template summable_t<float>>{});
+                                  x.decode_summed(std::span<const typename X::template summable_t<float>>{}, cs, out);
+                              };
 
 /// A codec that encodes g + r_in and writes the part it did not send to r_out in the same pass.
 template <class X>
@@ -159,14 +165,14 @@ concept residual_compressor =
 /// and the result is P Q^T. compute_p writes p_count(state) values (with the layers sent uncompressed riding along),
 /// compute_q reads their sum and writes q_count(state) values, finish_low_rank reads both sums.
 template <class X>
-concept low_rank_compressor =
-    compressor<X> && requires(const X& x, typename X::state& s, const typename X::state& cs, tensor_view<const float> in,
-                              tensor_view<float> out, std::span<float> buffer, std::span<const float> sum) {
-        { x.p_count(cs) } -> std::convertible_to<std::size_t>;
-        { x.q_count(cs) } -> std::convertible_to<std::size_t>;
-        x.compute_p(in, s, buffer);
-        x.compute_q(sum, s, buffer);
-        x.finish_low_rank(sum, sum, s, out);
-    };
+concept low_rank_compressor = compressor<X> && requires(const X& x, typename X::state& s, const typename X::state& cs,
+                                                        tensor_view<const float> in, tensor_view<float> out,
+                                                        std::span<float> buffer, std::span<const float> sum) {
+    { x.p_count(cs) } -> std::convertible_to<std::size_t>;
+    { x.q_count(cs) } -> std::convertible_to<std::size_t>;
+    x.compute_p(in, s, buffer);
+    x.compute_q(sum, s, buffer);
+    x.finish_low_rank(sum, sum, s, out);
+};
 
 }  // namespace hitch

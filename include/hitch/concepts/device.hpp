@@ -52,8 +52,8 @@ concept device_has_synchronize = requires(D& d) { d.synchronize(); };
 
 /// A memory space with allocation, copies and synchronization.
 template <class D>
-concept device = device_has_name<D> && device_has_memory_space<D> && device_has_allocation<D> &&
-                 device_has_copies<D> && device_has_synchronize<D>;
+concept device = device_has_name<D> && device_has_memory_space<D> && device_has_allocation<D> && device_has_copies<D> &&
+                 device_has_synchronize<D>;
 
 /// A device whose memory the host reads and writes directly.
 template <class D>
@@ -77,23 +77,28 @@ struct host_device_archetype {
 template <class D>
 consteval bool check_device() {
     if constexpr (!device_has_name<D>) {
-        static_assert(device_has_name<D>, "hitch::device: the device type has no name: add "
-                                          "`static constexpr std::string_view name = \"my_device\";`");
+        static_assert(device_has_name<D>,
+                      "hitch::device: the device type has no name: add "
+                      "`static constexpr std::string_view name = \"my_device\";`");
     } else if constexpr (!device_has_memory_space<D>) {
-        static_assert(device_has_memory_space<D>, "hitch::device: the device type has no memory space: add "
-                                                  "`static constexpr hitch::memory_space space = "
-                                                  "hitch::memory_space::host;` (or ::cuda)");
+        static_assert(device_has_memory_space<D>,
+                      "hitch::device: the device type has no memory space: add "
+                      "`static constexpr hitch::memory_space space = "
+                      "hitch::memory_space::host;` (or ::cuda)");
     } else if constexpr (!device_has_allocation<D>) {
-        static_assert(device_has_allocation<D>, "hitch::device: the device type cannot allocate: add "
-                                                "`void* allocate_bytes(std::size_t n)` and "
-                                                "`void deallocate_bytes(void* p, std::size_t n)`");
+        static_assert(device_has_allocation<D>,
+                      "hitch::device: the device type cannot allocate: add "
+                      "`void* allocate_bytes(std::size_t n)` and "
+                      "`void deallocate_bytes(void* p, std::size_t n)`");
     } else if constexpr (!device_has_copies<D>) {
-        static_assert(device_has_copies<D>, "hitch::device: the device type cannot copy: add "
-                                            "`copy_to_host(dst, src, n)`, `copy_from_host(dst, src, n)`, "
-                                            "`copy(dst, src, n)` and `fill_zero(p, n)`");
+        static_assert(device_has_copies<D>,
+                      "hitch::device: the device type cannot copy: add "
+                      "`copy_to_host(dst, src, n)`, `copy_from_host(dst, src, n)`, "
+                      "`copy(dst, src, n)` and `fill_zero(p, n)`");
     } else if constexpr (!device_has_synchronize<D>) {
-        static_assert(device_has_synchronize<D>, "hitch::device: the device type cannot synchronize: add "
-                                                 "`void synchronize()`");
+        static_assert(device_has_synchronize<D>,
+                      "hitch::device: the device type cannot synchronize: add "
+                      "`void synchronize()`");
     }
     return true;
 }

@@ -60,14 +60,12 @@ concept optimizer_has_state_on = requires(const O& o, D& dev, std::size_t n) {
 
 template <class O, class D>
 concept optimizer_steps_on = requires(const O& o, const layer& l, typename O::template state_type<D>& s, float lr,
-                                      const parallel_options& p) {
-    o.step(l, s, lr, p);
-};
+                                      const parallel_options& p) { o.step(l, s, lr, p); };
 
 /// A per-layer update rule whose state lives on device D (see the file comment).
 template <class O, class D>
-concept optimizer_on = device<D> && std::copy_constructible<O> && optimizer_has_name<O> &&
-                       optimizer_has_options<O> && optimizer_has_state_on<O, D> && optimizer_steps_on<O, D>;
+concept optimizer_on = device<D> && std::copy_constructible<O> && optimizer_has_name<O> && optimizer_has_options<O> &&
+                       optimizer_has_state_on<O, D> && optimizer_steps_on<O, D>;
 
 /// A per-layer update rule on the host.
 template <class O>
@@ -81,13 +79,15 @@ consteval bool check_optimizer() {
     if constexpr (!device<D>) {
         return check_device<D>();
     } else if constexpr (!std::copy_constructible<O>) {
-        static_assert(std::copy_constructible<O>, "hitch::optimizer: the optimizer type cannot be copied: an "
-                                                  "optimizer holds only its options; keep per-layer state in "
-                                                  "state_type");
+        static_assert(std::copy_constructible<O>,
+                      "hitch::optimizer: the optimizer type cannot be copied: an "
+                      "optimizer holds only its options; keep per-layer state in "
+                      "state_type");
     } else if constexpr (!optimizer_has_name<O>) {
-        static_assert(optimizer_has_name<O>, "hitch::optimizer: the optimizer type has no name: add "
-                                             "`static constexpr std::string_view name = \"my_rule\";` (saved "
-                                             "state records it)");
+        static_assert(optimizer_has_name<O>,
+                      "hitch::optimizer: the optimizer type has no name: add "
+                      "`static constexpr std::string_view name = \"my_rule\";` (saved "
+                      "state records it)");
     } else if constexpr (!optimizer_has_options<O>) {
         static_assert(optimizer_has_options<O>,
                       "hitch::optimizer: the optimizer type has no options: add a nested `struct options_type { "

@@ -112,28 +112,32 @@ concept sync_policy = std::movable<P> && sync_policy_has_name<P> && sync_policy_
 template <class P>
 consteval bool check_sync_policy() {
     if constexpr (!std::movable<P>) {
-        static_assert(std::movable<P>, "hitch::sync_policy: the policy type cannot be moved: give it a move "
-                                       "constructor and a move assignment");
+        static_assert(std::movable<P>,
+                      "hitch::sync_policy: the policy type cannot be moved: give it a move "
+                      "constructor and a move assignment");
     } else if constexpr (!sync_policy_has_name<P>) {
-        static_assert(sync_policy_has_name<P>, "hitch::sync_policy: the policy type has no name: add "
-                                               "`static constexpr std::string_view name = \"my_policy\";`");
+        static_assert(sync_policy_has_name<P>,
+                      "hitch::sync_policy: the policy type has no name: add "
+                      "`static constexpr std::string_view name = \"my_policy\";`");
     } else if constexpr (!sync_policy_has_options<P>) {
         static_assert(sync_policy_has_options<P>,
                       "hitch::sync_policy: the policy type has no options: add a nested `struct options_type { "
                       "void validate() const; };`, a default constructor, a constructor taking `const "
                       "options_type&` and `const options_type& options() const`");
     } else if constexpr (!sync_policy_has_traits<P>) {
-        static_assert(sync_policy_has_traits<P>, "hitch::sync_policy: the policy type does not say whether it "
-                                                 "exchanges gradients: add "
-                                                 "`static constexpr bool exchanges_gradients = true;` (or false)");
+        static_assert(sync_policy_has_traits<P>,
+                      "hitch::sync_policy: the policy type does not say whether it "
+                      "exchanges gradients: add "
+                      "`static constexpr bool exchanges_gradients = true;` (or false)");
     } else if constexpr (!sync_policy_can_step<P>) {
         static_assert(sync_policy_can_step<P>,
                       "hitch::sync_policy: the policy type cannot step: add `template <hitch::step_context Ctx> "
                       "hitch::sync::step_result step(Ctx&)` and `std::uint64_t staleness() const`");
     } else if constexpr (!sync_policy_saves_state<P>) {
-        static_assert(sync_policy_saves_state<P>, "hitch::sync_policy: the policy type cannot save its state: add "
-                                                  "`void save_state(std::vector<std::byte>&) const` and "
-                                                  "`void load_state(std::span<const std::byte>)`");
+        static_assert(sync_policy_saves_state<P>,
+                      "hitch::sync_policy: the policy type cannot save its state: add "
+                      "`void save_state(std::vector<std::byte>&) const` and "
+                      "`void load_state(std::span<const std::byte>)`");
     }
     return true;
 }

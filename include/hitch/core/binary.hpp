@@ -194,7 +194,7 @@ inline constexpr std::size_t frame_checksum_offset = 20;
 
 /// What a reader of one format accepts, and the words its errors use.
 struct frame_format {
-    std::string_view magic;           // 1 to 8 ASCII characters, padded with NULs to 8 bytes
+    std::string_view magic;  // 1 to 8 ASCII characters, padded with NULs to 8 bytes
     // The versions this build reads, for the error text. Versions from before a format had this frame are read
     // by the format's own code, which dispatches on the version before it calls open_frame.
     std::uint32_t oldest_version = 1;
@@ -224,8 +224,10 @@ namespace detail {
     std::string s;
     for (std::size_t i = 0; i < n; ++i) {
         const auto c = static_cast<unsigned char>(magic[i]);
-        if (c >= 0x20 && c < 0x7f) s += static_cast<char>(c);
-        else s += concat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
+        if (c >= 0x20 && c < 0x7f)
+            s += static_cast<char>(c);
+        else
+            s += concat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
     }
     return s;
 }
@@ -293,16 +295,16 @@ private:
                                      detail::magic_text(bytes.first(std::min<std::size_t>(bytes.size(), 8))),
                                      "\", expected \"", f.magic, "\")"));
     if (bytes.size() < frame_header_bytes)
-        detail::frame_fail(f, concat("truncated: ", bytes.size(), " bytes, shorter than the ", frame_header_bytes,
-                                     "-byte header"));
+        detail::frame_fail(
+            f, concat("truncated: ", bytes.size(), " bytes, shorter than the ", frame_header_bytes, "-byte header"));
     const auto version = load_le<std::uint32_t>(bytes.data() + 8);
     if (version > f.newest_version || version < f.oldest_version) {
         const std::string reads = f.oldest_version == f.newest_version
                                       ? concat(f.newest_version)
                                       : concat(f.oldest_version, "-", f.newest_version);
         if (version > f.newest_version)
-            detail::frame_fail(f, concat("written by a newer hitch (format ", version, ", this build reads ", reads,
-                                         ")"));
+            detail::frame_fail(f,
+                               concat("written by a newer hitch (format ", version, ", this build reads ", reads, ")"));
         detail::frame_fail(f, concat("format ", version, " is not one this build reads (", reads, ")"));
     }
     const auto length = frame_length(bytes);
@@ -310,8 +312,8 @@ private:
         detail::frame_fail(f, concat("corrupt: the header gives a length of ", length, " bytes"));
     if (length > bytes.size()) detail::frame_fail(f, concat("truncated: ", bytes.size(), " of ", length, " bytes"));
     if (length < bytes.size())
-        detail::frame_fail(f, concat("corrupt: ", bytes.size(), " bytes where the header says ", length,
-                                     " (bytes after the end)"));
+        detail::frame_fail(
+            f, concat("corrupt: ", bytes.size(), " bytes where the header says ", length, " (bytes after the end)"));
     const auto stored = load_le<std::uint32_t>(bytes.data() + frame_checksum_offset);
     const auto actual = detail::frame_checksum(bytes);
     if (stored != actual)

@@ -32,11 +32,11 @@ struct cost_constants {
 /// A schedule's cost for one call: coefficients of alpha, beta and gamma on the critical path, and what the
 /// busiest rank sends.
 struct cost_estimate {
-    double latency_terms = 0;     ///< multiplies alpha (sequential message rounds)
-    double bandwidth_bytes = 0;   ///< multiplies beta
-    double reduced_bytes = 0;     ///< multiplies gamma
-    double sent_messages = 0;     ///< messages sent by the busiest rank
-    double sent_bytes = 0;        ///< bytes sent by the busiest rank
+    double latency_terms = 0;    ///< multiplies alpha (sequential message rounds)
+    double bandwidth_bytes = 0;  ///< multiplies beta
+    double reduced_bytes = 0;    ///< multiplies gamma
+    double sent_messages = 0;    ///< messages sent by the busiest rank
+    double sent_bytes = 0;       ///< bytes sent by the busiest rank
 
     [[nodiscard]] double seconds(const cost_constants& k) const noexcept {
         return latency_terms * k.alpha_s + bandwidth_bytes * k.beta_s_per_byte + reduced_bytes * k.gamma_s_per_byte;

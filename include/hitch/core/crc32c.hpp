@@ -1,7 +1,8 @@
 #pragma once
 // CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected 0x82F63B78; init and final xor 0xFFFFFFFF), the checksum of
-// every byte format hitch writes (core/binary.hpp). It detects every burst error up to 32 bits and every odd number of flipped bits, and
-// x86-64 computes it in hardware (SSE4.2 crc32), so checking a message costs far less than reading it.
+// every byte format hitch writes (core/binary.hpp). It detects every burst error up to 32 bits and every odd number of
+// flipped bits, and x86-64 computes it in hardware (SSE4.2 crc32), so checking a message costs far less than reading
+// it.
 //
 // The hardware path runs three independent streams over consecutive thirds of each block and joins them with
 // the CRC's linearity: crc(s, A||B) = crc(0, B) ^ shift_|B|(crc(s, A)), where shift_n applies n zero bytes, a
@@ -58,8 +59,8 @@ inline constexpr crc32c_tables crc32c_table{};
                    static_cast<std::uint32_t>(p[at + 2]) << 16 | static_cast<std::uint32_t>(p[at + 3]) << 24;
         };
         const std::uint32_t lo = word(0) ^ s, hi = word(4);
-        s = t[7][lo & 0xffu] ^ t[6][(lo >> 8) & 0xffu] ^ t[5][(lo >> 16) & 0xffu] ^ t[4][lo >> 24] ^
-            t[3][hi & 0xffu] ^ t[2][(hi >> 8) & 0xffu] ^ t[1][(hi >> 16) & 0xffu] ^ t[0][hi >> 24];
+        s = t[7][lo & 0xffu] ^ t[6][(lo >> 8) & 0xffu] ^ t[5][(lo >> 16) & 0xffu] ^ t[4][lo >> 24] ^ t[3][hi & 0xffu] ^
+            t[2][(hi >> 8) & 0xffu] ^ t[1][(hi >> 16) & 0xffu] ^ t[0][hi >> 24];
         p += 8;
         n -= 8;
     }
@@ -106,7 +107,8 @@ struct crc32c_shift_tables {
     return has && crc32c_hardware_enabled.load(std::memory_order_relaxed);
 }
 
-__attribute__((target("sse4.2"))) inline std::uint32_t crc32c_update_sse42(std::uint32_t s, const std::byte* p, std::size_t n) {
+__attribute__((target("sse4.2"))) inline std::uint32_t crc32c_update_sse42(std::uint32_t s, const std::byte* p,
+                                                                           std::size_t n) {
     constexpr std::size_t L = crc32c_stream_bytes;
     if (n >= 3 * L) {
         const crc32c_shift_tables& shift = crc32c_shift();
@@ -205,10 +207,13 @@ private:
     o.min_chunk = chunk_min;
     const std::size_t chunks = chunk_count(bytes.size(), o);
     std::vector<std::uint32_t> raw(chunks);
-    parallel_chunks(chunks, [&](std::size_t c) {
-        const auto [b, e] = static_chunk(bytes.size(), chunks, c, o.align);
-        raw[c] = crc32c_update(0, bytes.subspan(b, e - b));
-    }, o);
+    parallel_chunks(
+        chunks,
+        [&](std::size_t c) {
+            const auto [b, e] = static_chunk(bytes.size(), chunks, c, o.align);
+            raw[c] = crc32c_update(0, bytes.subspan(b, e - b));
+        },
+        o);
     std::uint32_t total = raw[0];
     for (std::size_t c = 1; c < chunks; ++c) {
         const auto [b, e] = static_chunk(bytes.size(), chunks, c, o.align);
@@ -218,6 +223,8 @@ private:
 }
 
 /// CRC32C of one buffer.
-[[nodiscard]] inline std::uint32_t crc32c_of(std::span<const std::byte> bytes) { return crc32c().update(bytes).value(); }
+[[nodiscard]] inline std::uint32_t crc32c_of(std::span<const std::byte> bytes) {
+    return crc32c().update(bytes).value();
+}
 
 }  // namespace hitch

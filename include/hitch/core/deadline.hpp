@@ -68,8 +68,10 @@ template <class Done>
     for (int i = 0;; ++i) {
         if (done()) return true;
         if (limit.expired()) return done();
-        if (i < 2000) std::this_thread::yield();
-        else std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (i < 2000)
+            std::this_thread::yield();
+        else
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
 }
 

@@ -125,17 +125,28 @@ enum class dtype : std::uint8_t {
 
 template <class T>
 inline constexpr bool is_dtype_v = false;
-template <> inline constexpr bool is_dtype_v<std::uint8_t> = true;
-template <> inline constexpr bool is_dtype_v<std::int8_t> = true;
-template <> inline constexpr bool is_dtype_v<std::byte> = true;
-template <> inline constexpr bool is_dtype_v<std::int32_t> = true;
-template <> inline constexpr bool is_dtype_v<std::uint32_t> = true;
-template <> inline constexpr bool is_dtype_v<std::int64_t> = true;
-template <> inline constexpr bool is_dtype_v<std::uint64_t> = true;
-template <> inline constexpr bool is_dtype_v<half> = true;
-template <> inline constexpr bool is_dtype_v<bfloat16> = true;
-template <> inline constexpr bool is_dtype_v<float> = true;
-template <> inline constexpr bool is_dtype_v<double> = true;
+template <>
+inline constexpr bool is_dtype_v<std::uint8_t> = true;
+template <>
+inline constexpr bool is_dtype_v<std::int8_t> = true;
+template <>
+inline constexpr bool is_dtype_v<std::byte> = true;
+template <>
+inline constexpr bool is_dtype_v<std::int32_t> = true;
+template <>
+inline constexpr bool is_dtype_v<std::uint32_t> = true;
+template <>
+inline constexpr bool is_dtype_v<std::int64_t> = true;
+template <>
+inline constexpr bool is_dtype_v<std::uint64_t> = true;
+template <>
+inline constexpr bool is_dtype_v<half> = true;
+template <>
+inline constexpr bool is_dtype_v<bfloat16> = true;
+template <>
+inline constexpr bool is_dtype_v<float> = true;
+template <>
+inline constexpr bool is_dtype_v<double> = true;
 
 /// The element types hitch moves and reduces.
 template <class T>
@@ -143,38 +154,51 @@ concept element_type = is_dtype_v<std::remove_cv_t<T>>;
 
 /// The floating-point element types (those the reduce ops and optimizers accept).
 template <class T>
-concept floating_element =
-    std::same_as<std::remove_cv_t<T>, float> || std::same_as<std::remove_cv_t<T>, double> ||
-    std::same_as<std::remove_cv_t<T>, half> || std::same_as<std::remove_cv_t<T>, bfloat16>;
+concept floating_element = std::same_as<std::remove_cv_t<T>, float> || std::same_as<std::remove_cv_t<T>, double> ||
+                           std::same_as<std::remove_cv_t<T>, half> || std::same_as<std::remove_cv_t<T>, bfloat16>;
 
 template <element_type T>
 [[nodiscard]] constexpr dtype dtype_of() noexcept {
     using U = std::remove_cv_t<T>;
-    if constexpr (std::is_same_v<U, std::uint8_t> || std::is_same_v<U, std::byte>) return dtype::u8;
-    else if constexpr (std::is_same_v<U, std::int8_t>) return dtype::i8;
-    else if constexpr (std::is_same_v<U, std::int32_t>) return dtype::i32;
-    else if constexpr (std::is_same_v<U, std::uint32_t>) return dtype::u32;
-    else if constexpr (std::is_same_v<U, std::int64_t>) return dtype::i64;
-    else if constexpr (std::is_same_v<U, std::uint64_t>) return dtype::u64;
-    else if constexpr (std::is_same_v<U, half>) return dtype::f16;
-    else if constexpr (std::is_same_v<U, bfloat16>) return dtype::bf16;
-    else if constexpr (std::is_same_v<U, float>) return dtype::f32;
-    else return dtype::f64;
+    if constexpr (std::is_same_v<U, std::uint8_t> || std::is_same_v<U, std::byte>)
+        return dtype::u8;
+    else if constexpr (std::is_same_v<U, std::int8_t>)
+        return dtype::i8;
+    else if constexpr (std::is_same_v<U, std::int32_t>)
+        return dtype::i32;
+    else if constexpr (std::is_same_v<U, std::uint32_t>)
+        return dtype::u32;
+    else if constexpr (std::is_same_v<U, std::int64_t>)
+        return dtype::i64;
+    else if constexpr (std::is_same_v<U, std::uint64_t>)
+        return dtype::u64;
+    else if constexpr (std::is_same_v<U, half>)
+        return dtype::f16;
+    else if constexpr (std::is_same_v<U, bfloat16>)
+        return dtype::bf16;
+    else if constexpr (std::is_same_v<U, float>)
+        return dtype::f32;
+    else
+        return dtype::f64;
 }
 
 /// Bytes per element; 0 for a value that is not a known dtype (e.g. decoded from a corrupt header).
 [[nodiscard]] constexpr std::size_t size_of(dtype t) noexcept {
     switch (t) {
         case dtype::u8:
-        case dtype::i8: return 1;
+        case dtype::i8:
+            return 1;
         case dtype::f16:
-        case dtype::bf16: return 2;
+        case dtype::bf16:
+            return 2;
         case dtype::i32:
         case dtype::u32:
-        case dtype::f32: return 4;
+        case dtype::f32:
+            return 4;
         case dtype::i64:
         case dtype::u64:
-        case dtype::f64: return 8;
+        case dtype::f64:
+            return 8;
     }
     return 0;
 }
@@ -183,16 +207,26 @@ template <element_type T>
 
 [[nodiscard]] constexpr std::string_view name(dtype t) noexcept {
     switch (t) {
-        case dtype::u8: return "uint8";
-        case dtype::i8: return "int8";
-        case dtype::i32: return "int32";
-        case dtype::u32: return "uint32";
-        case dtype::i64: return "int64";
-        case dtype::u64: return "uint64";
-        case dtype::f16: return "half";
-        case dtype::bf16: return "bfloat16";
-        case dtype::f32: return "float";
-        case dtype::f64: return "double";
+        case dtype::u8:
+            return "uint8";
+        case dtype::i8:
+            return "int8";
+        case dtype::i32:
+            return "int32";
+        case dtype::u32:
+            return "uint32";
+        case dtype::i64:
+            return "int64";
+        case dtype::u64:
+            return "uint64";
+        case dtype::f16:
+            return "half";
+        case dtype::bf16:
+            return "bfloat16";
+        case dtype::f32:
+            return "float";
+        case dtype::f64:
+            return "double";
     }
     return "invalid-dtype";
 }
@@ -200,10 +234,14 @@ template <element_type T>
 /// True for finite values of any floating element type (integers are always finite).
 template <element_type T>
 [[nodiscard]] constexpr bool is_finite(T value) noexcept {
-    if constexpr (std::is_same_v<T, half>) return (value.bits() & 0x7c00u) != 0x7c00u;
-    else if constexpr (std::is_same_v<T, bfloat16>) return (value.bits() & 0x7f80u) != 0x7f80u;
-    else if constexpr (std::is_floating_point_v<T>) return std::isfinite(value);
-    else return true;
+    if constexpr (std::is_same_v<T, half>)
+        return (value.bits() & 0x7c00u) != 0x7c00u;
+    else if constexpr (std::is_same_v<T, bfloat16>)
+        return (value.bits() & 0x7f80u) != 0x7f80u;
+    else if constexpr (std::is_floating_point_v<T>)
+        return std::isfinite(value);
+    else
+        return true;
 }
 
 }  // namespace hitch

@@ -36,9 +36,7 @@ public:
 class timeout_error : public error {
 public:
     timeout_error(std::string operation, std::string detail, std::chrono::duration<double> waited)
-        : error(format(operation, detail, waited)),
-          operation_(std::move(operation)),
-          waited_(waited) {}
+        : error(format(operation, detail, waited)), operation_(std::move(operation)), waited_(waited) {}
 
     [[nodiscard]] const std::string& operation() const noexcept { return operation_; }
     [[nodiscard]] std::chrono::duration<double> waited() const noexcept { return waited_; }

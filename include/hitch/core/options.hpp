@@ -83,10 +83,14 @@ public:
     [[noreturn]] void fail(std::string_view field, const T& value, std::string_view allowed) const {
         std::ostringstream s;
         s << owner_ << ": option " << field << " = ";
-        if constexpr (std::is_same_v<T, bool>) s << (value ? "true" : "false");
-        else if constexpr (std::is_convertible_v<const T&, std::string_view>) s << '"' << std::string_view(value) << '"';
-        else if constexpr (std::is_integral_v<T> && sizeof(T) == 1) s << static_cast<int>(value);
-        else s << value;
+        if constexpr (std::is_same_v<T, bool>)
+            s << (value ? "true" : "false");
+        else if constexpr (std::is_convertible_v<const T&, std::string_view>)
+            s << '"' << std::string_view(value) << '"';
+        else if constexpr (std::is_integral_v<T> && sizeof(T) == 1)
+            s << static_cast<int>(value);
+        else
+            s << value;
         s << " is outside the allowed range " << allowed;
         throw config_error(s.str());
     }

@@ -73,7 +73,7 @@ private:
         std::size_t finished = 0;  // guarded by done_mutex
         std::size_t attached = 0;  // workers inside work_on; guarded by done_mutex
         std::atomic<bool> failed{false};
-        std::exception_ptr error;  // guarded by done_mutex
+        std::exception_ptr error;           // guarded by done_mutex
         std::atomic<bool> complete{false};  // finished == chunks && attached == 0, set under done_mutex
         std::mutex done_mutex;
         std::condition_variable done_cv;
@@ -88,7 +88,7 @@ private:
     std::mutex mutex_;
     std::atomic<std::size_t> queued_{0};  // queue_.size(), for idle workers to watch without the mutex
     std::condition_variable cv_;
-    std::deque<job*> queue_;  // jobs with chunks not yet claimed
+    std::deque<job*> queue_;             // jobs with chunks not yet claimed
     std::atomic<bool> stopping_{false};  // set under mutex_ (the condition variable's predicate reads it)
     std::vector<std::thread> workers_;
 };
@@ -105,15 +105,16 @@ struct parallel_options {
     thread_pool* pool = nullptr;
 
     void validate() const {
-        option_validator("hitch::parallel_options").at_least("align", align, std::size_t{1}).at_least(
-            "min_chunk", min_chunk, std::size_t{1});
+        option_validator("hitch::parallel_options")
+            .at_least("align", align, std::size_t{1})
+            .at_least("min_chunk", min_chunk, std::size_t{1});
     }
 };
 
 /// [begin, end) of chunk `c` when [0, n) is cut into `chunks` pieces with boundaries on multiples of `align`
 /// (the last chunk takes the remainder). Chunks may be empty when n is small.
-[[nodiscard]] inline std::pair<std::size_t, std::size_t> static_chunk(std::size_t n, std::size_t chunks,
-                                                                      std::size_t c, std::size_t align) noexcept {
+[[nodiscard]] inline std::pair<std::size_t, std::size_t> static_chunk(std::size_t n, std::size_t chunks, std::size_t c,
+                                                                      std::size_t align) noexcept {
     const std::size_t units = (n + align - 1) / align;
     const auto at = [&](std::size_t k) {
         // units * k / chunks without overflow for any realistic n (units < 2^58 / chunks).
@@ -245,8 +246,10 @@ void thread_pool::run(std::size_t chunks, F&& fn) {
         queue_.push_back(&j);
         queued_.store(queue_.size(), std::memory_order_release);
     }
-    if (chunks - 1 >= workers_.size()) cv_.notify_all();
-    else for (std::size_t i = 0; i + 1 < chunks; ++i) cv_.notify_one();
+    if (chunks - 1 >= workers_.size())
+        cv_.notify_all();
+    else
+        for (std::size_t i = 0; i + 1 < chunks; ++i) cv_.notify_one();
     work_on(j);
     {
         // Every chunk is claimed now; make sure no worker can still pick the job up from the queue.

@@ -12,10 +12,14 @@ enum class reduce_op : std::uint8_t { sum = 0, average = 1, min = 2, max = 3 };
 
 [[nodiscard]] constexpr std::string_view name(reduce_op op) noexcept {
     switch (op) {
-        case reduce_op::sum: return "sum";
-        case reduce_op::average: return "average";
-        case reduce_op::min: return "min";
-        case reduce_op::max: return "max";
+        case reduce_op::sum:
+            return "sum";
+        case reduce_op::average:
+            return "average";
+        case reduce_op::min:
+            return "min";
+        case reduce_op::max:
+            return "max";
     }
     return "invalid-op";
 }

@@ -68,13 +68,15 @@ public:
     tensor_view(C& container) : data_(container.data()), size_(container.size()) {  // NOLINT: implicit on purpose
         if constexpr (detail::reports_contiguity<C>) {
             if (!container.is_contiguous())
-                throw config_error("hitch::tensor_view: the container is not contiguous (a strided view); "
-                                   "copy it into a contiguous container first");
+                throw config_error(
+                    "hitch::tensor_view: the container is not contiguous (a strided view); "
+                    "copy it into a contiguous container first");
         }
         if constexpr (detail::has_data_offset<C>) {
             if (container.data_offset() != 0)
-                throw config_error("hitch::tensor_view: the container's data starts at a non-zero offset; "
-                                   "copy it into a contiguous container first");
+                throw config_error(
+                    "hitch::tensor_view: the container's data starts at a non-zero offset; "
+                    "copy it into a contiguous container first");
         }
     }
 
@@ -99,8 +101,8 @@ public:
     /// Host views only: the elements as a span.
     [[nodiscard]] std::span<T> host_span() const {
         if (space_ != memory_space::host)
-            throw config_error(detail::concat("hitch::tensor_view: host_span() on a view of ", name(space_),
-                                              " memory"));
+            throw config_error(
+                detail::concat("hitch::tensor_view: host_span() on a view of ", name(space_), " memory"));
         return {data_, size_};
     }
     [[nodiscard]] constexpr T& operator[](std::size_t i) const noexcept { return data_[i]; }

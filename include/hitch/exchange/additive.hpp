@@ -47,7 +47,10 @@ aggregation_stats aggregate_allreduce(allreduce::group<C>& g, const Codec& codec
         std::vector<S> values(m);
         std::exception_ptr error;
         const std::uint8_t code = detail::attempt(
-            [&] { codec.encode_summable(tensor_view<const T>(bucket.data(), bucket.size()), s.codec, std::span<S>(values)); },
+            [&] {
+                codec.encode_summable(tensor_view<const T>(bucket.data(), bucket.size()), s.codec,
+                                      std::span<S>(values));
+            },
             error);
         const std::vector<std::uint8_t> codes = detail::exchange_codes(g, code, s.count, options.call);
         detail::settle(codec, s.codec, codes, g.rank(), error);

@@ -43,14 +43,19 @@ namespace hitch::compress {
 /// Aggregates `bucket` over the group's ranks with the path Codec's traits select; on return the bucket holds the
 /// sum over ranks (options.average: the mean) of what each rank's message delivers.
 template <class Schedule = allreduce::automatic, communicator C, compressor Codec, class T>
-aggregation_stats aggregate(allreduce::group<C>& g, const Codec& codec, aggregation_state<Codec>& s, tensor_view<T> bucket,
-                            const Schedule& schedule = Schedule{}, const aggregate_options& options = {}) {
+aggregation_stats aggregate(allreduce::group<C>& g, const Codec& codec, aggregation_state<Codec>& s,
+                            tensor_view<T> bucket, const Schedule& schedule = Schedule{},
+                            const aggregate_options& options = {}) {
     static_assert(floating_element<T>, "aggregate: the bucket's elements must be float, double, half or bfloat16");
     constexpr aggregation_path path = aggregation_path_of<Codec>;
-    if constexpr (path == aggregation_path::low_rank) return aggregate_low_rank(g, codec, s, bucket, schedule, options);
-    else if constexpr (path == aggregation_path::allreduce) return aggregate_allreduce(g, codec, s, bucket, schedule, options);
-    else if constexpr (path == aggregation_path::compressed_ring) return aggregate_ring(g, codec, s, bucket, options);
-    else return aggregate_allgather(g, codec, s, bucket, options);
+    if constexpr (path == aggregation_path::low_rank)
+        return aggregate_low_rank(g, codec, s, bucket, schedule, options);
+    else if constexpr (path == aggregation_path::allreduce)
+        return aggregate_allreduce(g, codec, s, bucket, schedule, options);
+    else if constexpr (path == aggregation_path::compressed_ring)
+        return aggregate_ring(g, codec, s, bucket, options);
+    else
+        return aggregate_allgather(g, codec, s, bucket, options);
 }
 
 }  // namespace hitch::compress

@@ -22,10 +22,14 @@ enum class aggregation_path : std::uint8_t { allreduce = 1, low_rank = 2, allgat
 
 [[nodiscard]] constexpr std::string_view name(aggregation_path p) noexcept {
     switch (p) {
-        case aggregation_path::allreduce: return "allreduce";
-        case aggregation_path::low_rank: return "low_rank";
-        case aggregation_path::allgather: return "allgather";
-        case aggregation_path::compressed_ring: return "compressed_ring";
+        case aggregation_path::allreduce:
+            return "allreduce";
+        case aggregation_path::low_rank:
+            return "low_rank";
+        case aggregation_path::allgather:
+            return "allgather";
+        case aggregation_path::compressed_ring:
+            return "compressed_ring";
     }
     return "invalid-path";
 }
@@ -62,10 +66,14 @@ inline constexpr bool ring_hop_feedback = detail::is_error_feedback<Codec>::valu
 /// The path `aggregate` takes for Codec.
 template <class Codec>
 inline constexpr aggregation_path aggregation_path_of = [] {
-    if constexpr (low_rank_compressor<Codec>) return aggregation_path::low_rank;
-    else if constexpr (Codec::additive) return aggregation_path::allreduce;
-    else if constexpr (Codec::ring_compressible) return aggregation_path::compressed_ring;
-    else return aggregation_path::allgather;
+    if constexpr (low_rank_compressor<Codec>)
+        return aggregation_path::low_rank;
+    else if constexpr (Codec::additive)
+        return aggregation_path::allreduce;
+    else if constexpr (Codec::ring_compressible)
+        return aggregation_path::compressed_ring;
+    else
+        return aggregation_path::allgather;
 }();
 
 /// Per-bucket state of the aggregation: the codec's state, the ring's residual, and reusable buffers.

@@ -31,8 +31,8 @@ aggregation_stats aggregate_allgather(allreduce::group<C>& g, const Codec& codec
         [&] { codec.encode(tensor_view<const T>(bucket.data(), bucket.size()), s.codec, s.message); }, error);
     // A failed encode contributes a one-byte blob with its code (a message is never shorter than its header).
     const std::byte failure_blob[1] = {static_cast<std::byte>(code)};
-    const std::span<const std::byte> mine = code == detail::encode_ok ? std::span<const std::byte>(s.message)
-                                                                      : std::span<const std::byte>(failure_blob);
+    const std::span<const std::byte> mine =
+        code == detail::encode_ok ? std::span<const std::byte>(s.message) : std::span<const std::byte>(failure_blob);
     allreduce::call_options call = options.call;
     call.fingerprint ^= 0x51ed27092f4a1c3bull * (s.count + 1);
     const allreduce::byte_blocks blobs = allreduce::allgather_bytes(g, mine, call);

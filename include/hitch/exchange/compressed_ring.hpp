@@ -47,20 +47,28 @@ aggregation_stats aggregate_ring(allreduce::group<C>& g, const Codec& codec, agg
     detail::require_bucket(bucket, s.count);
     constexpr bool wrapped = detail::is_error_feedback<Codec>::value;
     const hop_codec_t& hop = [&]() -> const hop_codec_t& {
-        if constexpr (wrapped) return codec.inner();
-        else return codec;
+        if constexpr (wrapped)
+            return codec.inner();
+        else
+            return codec;
     }();
     auto& hop_state = [&]() -> typename hop_codec_t::state& {
-        if constexpr (wrapped) return s.codec.inner;
-        else return s.codec;
+        if constexpr (wrapped)
+            return s.codec.inner;
+        else
+            return s.codec;
     }();
     std::vector<float>& r_in = [&]() -> std::vector<float>& {
-        if constexpr (wrapped) return s.codec.residual;
-        else return s.ring_residual;
+        if constexpr (wrapped)
+            return s.codec.residual;
+        else
+            return s.ring_residual;
     }();
     std::vector<float>& r_out = [&]() -> std::vector<float>& {
-        if constexpr (wrapped) return s.codec.next;
-        else return s.ring_next;
+        if constexpr (wrapped)
+            return s.codec.next;
+        else
+            return s.ring_next;
     }();
     detail::set_stream(hop_state, g.rank());
     const std::span<float> mine = detail::float_view(bucket, s.scratch);
@@ -75,7 +83,8 @@ aggregation_stats aggregate_ring(allreduce::group<C>& g, const Codec& codec, agg
     std::vector<typename hop_codec_t::state> chunk_states;
     for (int c = 0; c < p; ++c) {
         chunk_states.push_back(hop.make_state(allreduce::partition(n, p, c).count));
-        if constexpr (requires { hop_state.step; }) chunk_states.back().step = hop_state.step * static_cast<std::uint64_t>(p) + static_cast<std::uint64_t>(c);
+        if constexpr (requires { hop_state.step; })
+            chunk_states.back().step = hop_state.step * static_cast<std::uint64_t>(p) + static_cast<std::uint64_t>(c);
         detail::set_stream(chunk_states.back(), me);
     }
     const auto chunk = [&](int c) { return allreduce::partition(n, p, ((c % p) + p) % p); };
@@ -86,7 +95,8 @@ aggregation_stats aggregate_ring(allreduce::group<C>& g, const Codec& codec, agg
             return hop.encode_ef(tensor_view<const float>(values, b.count),
                                  std::span<const float>(r_in.data() + b.offset, b.count),
                                  std::span<float>(r_out.data() + b.offset, b.count), cs, out);
-        else return hop.encode(tensor_view<const float>(values, b.count), cs, out);
+        else
+            return hop.encode(tensor_view<const float>(values, b.count), cs, out);
     };
 
     // The status of this rank, and the first failure heard of (rank << 8 | code), travel in every size message.
@@ -142,7 +152,8 @@ aggregation_stats aggregate_ring(allreduce::group<C>& g, const Codec& codec, agg
 
         // Reduce-scatter: the first message is this rank's own chunk `me`.
         {
-            const std::uint8_t code = detail::attempt([&] { encode_chunk(me, mine.data() + chunk(me).offset, out_message); }, error);
+            const std::uint8_t code =
+                detail::attempt([&] { encode_chunk(me, mine.data() + chunk(me).offset, out_message); }, error);
             if (code != detail::encode_ok) fail_here(code);
             stats.message_bytes = out_message.size();
         }

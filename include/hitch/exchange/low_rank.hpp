@@ -32,7 +32,8 @@ aggregation_stats aggregate_low_rank(allreduce::group<C>& g, const Codec& codec,
     std::exception_ptr error;
     // compute_p validates the bucket and changes no lasting state, so nothing needs undoing on failure.
     const std::uint8_t code = detail::attempt(
-        [&] { codec.compute_p(tensor_view<const T>(bucket.data(), bucket.size()), s.codec, std::span<float>(s.p)); }, error);
+        [&] { codec.compute_p(tensor_view<const T>(bucket.data(), bucket.size()), s.codec, std::span<float>(s.p)); },
+        error);
     detail::settle(codec, s.codec, detail::exchange_codes(g, code, s.count, options.call), g.rank(), error);
     allreduce::allreduce(g, tensor_view<float>(s.p), allreduce::reduce_op::sum, schedule, options.call);
     codec.compute_q(std::span<const float>(s.p), s.codec, std::span<float>(s.q));

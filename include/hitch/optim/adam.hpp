@@ -184,8 +184,10 @@ void adam_kernel(float* __restrict w, const float* __restrict g, float* __restri
 template <bool Decoupled, bool Decay>
 void adam_dispatch(bool amsgrad, float* w, const float* g, float* m, float* v, float* vmax, std::size_t n,
                    const adam_scalars& k) {
-    if (amsgrad) adam_kernel<Decoupled, Decay, true>(w, g, m, v, vmax, n, k);
-    else adam_kernel<Decoupled, Decay, false>(w, g, m, v, vmax, n, k);
+    if (amsgrad)
+        adam_kernel<Decoupled, Decay, true>(w, g, m, v, vmax, n, k);
+    else
+        adam_kernel<Decoupled, Decay, false>(w, g, m, v, vmax, n, k);
 }
 
 }  // namespace detail
@@ -196,8 +198,10 @@ template <host_device D>
 void basic_adam<WeightDecay>::apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
                                     const parallel_options& exec) const {
     const std::string who = std::string("hitch::optim::").append(name);
-    if (options_.amsgrad) detail::check_step(who, l, {s.m.size(), s.v.size(), s.v_max.size()}, lr);
-    else detail::check_step(who, l, {s.m.size(), s.v.size()}, lr);
+    if (options_.amsgrad)
+        detail::check_step(who, l, {s.m.size(), s.v.size(), s.v_max.size()}, lr);
+    else
+        detail::check_step(who, l, {s.m.size(), s.v.size()}, lr);
     const std::uint64_t t = s.steps + 1;
     detail::adam_scalars k{};
     k.b1 = options_.beta1;
@@ -217,11 +221,16 @@ void basic_adam<WeightDecay>::apply(const layer& l, state_type<D>& s, float lr, 
     float* vmax = s.v_max.data();
     const bool amsgrad = options_.amsgrad;
     constexpr bool decoupled = WeightDecay::decoupled;
-    parallel_for(l.size(), [&](std::size_t b, std::size_t e) {
-        float* vm = amsgrad ? vmax + b : nullptr;
-        if (weight_decay != 0.0f) detail::adam_dispatch<decoupled, true>(amsgrad, w + b, g + b, m + b, v + b, vm, e - b, k);
-        else detail::adam_dispatch<decoupled, false>(amsgrad, w + b, g + b, m + b, v + b, vm, e - b, k);
-    }, exec);
+    parallel_for(
+        l.size(),
+        [&](std::size_t b, std::size_t e) {
+            float* vm = amsgrad ? vmax + b : nullptr;
+            if (weight_decay != 0.0f)
+                detail::adam_dispatch<decoupled, true>(amsgrad, w + b, g + b, m + b, v + b, vm, e - b, k);
+            else
+                detail::adam_dispatch<decoupled, false>(amsgrad, w + b, g + b, m + b, v + b, vm, e - b, k);
+        },
+        exec);
     s.steps = t;
 }
 

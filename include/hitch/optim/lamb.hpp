@@ -213,10 +213,15 @@ void lamb::step(const layer& l, state_type<D>& s, float lr, const parallel_optio
     std::vector<double> sw(blocks, 0.0), sr(blocks, 0.0);
     parallel_options pass1 = exec;
     pass1.align = detail::norm_block;
-    parallel_for(n, [&](std::size_t b, std::size_t e) {
-        if (decay) detail::lamb_moments<true>(w, g, m, v, b, e, k, sw.data(), sr.data());
-        else detail::lamb_moments<false>(w, g, m, v, b, e, k, sw.data(), sr.data());
-    }, pass1);
+    parallel_for(
+        n,
+        [&](std::size_t b, std::size_t e) {
+            if (decay)
+                detail::lamb_moments<true>(w, g, m, v, b, e, k, sw.data(), sr.data());
+            else
+                detail::lamb_moments<false>(w, g, m, v, b, e, k, sw.data(), sr.data());
+        },
+        pass1);
     double sum_w = 0.0, sum_r = 0.0;
     for (std::size_t b = 0; b < blocks; ++b) {
         sum_w += sw[b];
@@ -226,10 +231,15 @@ void lamb::step(const layer& l, state_type<D>& s, float lr, const parallel_optio
     const float rn = detail::norm_from_sum(sum_r);
     const float trust = (l.flags.exclude_from_adaptation || !(wn > 0.0f) || !(rn > 0.0f)) ? 1.0f : wn / rn;
     const float rate = lr * trust;
-    parallel_for(n, [&](std::size_t b, std::size_t e) {
-        if (decay) detail::lamb_apply<true>(w + b, m + b, v + b, e - b, k, rate);
-        else detail::lamb_apply<false>(w + b, m + b, v + b, e - b, k, rate);
-    }, exec);
+    parallel_for(
+        n,
+        [&](std::size_t b, std::size_t e) {
+            if (decay)
+                detail::lamb_apply<true>(w + b, m + b, v + b, e - b, k, rate);
+            else
+                detail::lamb_apply<false>(w + b, m + b, v + b, e - b, k, rate);
+        },
+        exec);
     s.steps = t;
 }
 HITCH_OPTIM_STRICT_FP_END

@@ -52,12 +52,12 @@ inline constexpr std::string_view lars_close = ">";
 }  // namespace detail
 
 template <class B>
-concept lars_base = optimizer<B> && requires(const B& b, const layer& l,
-                                             typename B::template state_type<host_device_archetype>& s,
-                                             float x, const parallel_options& p, typename B::options_type o) {
-    { o.weight_decay } -> std::convertible_to<float>;
-    b.apply(l, s, x, x, x, p);
-};
+concept lars_base =
+    optimizer<B> && requires(const B& b, const layer& l, typename B::template state_type<host_device_archetype>& s,
+                             float x, const parallel_options& p, typename B::options_type o) {
+        { o.weight_decay } -> std::convertible_to<float>;
+        b.apply(l, s, x, x, x, p);
+    };
 
 template <lars_base Base = momentum>
 class lars {
@@ -129,16 +129,19 @@ inline std::array<double, 2> sums_of_squares(const float* x, const float* y, std
     std::vector<double> sx(blocks, 0.0), sy(blocks, 0.0);
     parallel_options o = options;
     o.align = norm_block;
-    parallel_for(n, [&](std::size_t begin, std::size_t end) {
-        for (std::size_t b = begin; b < end; b += norm_block) {
-            std::array<double, norm_lanes> lx{}, ly{};
-            const std::size_t e = std::min(end, b + norm_block);
-            accumulate_squares(x, b, e, lx);
-            accumulate_squares(y, b, e, ly);
-            sx[b / norm_block] = combine_lanes(lx);
-            sy[b / norm_block] = combine_lanes(ly);
-        }
-    }, o);
+    parallel_for(
+        n,
+        [&](std::size_t begin, std::size_t end) {
+            for (std::size_t b = begin; b < end; b += norm_block) {
+                std::array<double, norm_lanes> lx{}, ly{};
+                const std::size_t e = std::min(end, b + norm_block);
+                accumulate_squares(x, b, e, lx);
+                accumulate_squares(y, b, e, ly);
+                sx[b / norm_block] = combine_lanes(lx);
+                sy[b / norm_block] = combine_lanes(ly);
+            }
+        },
+        o);
     std::array<double, 2> total{0.0, 0.0};
     for (std::size_t b = 0; b < blocks; ++b) {
         total[0] += sx[b];

@@ -44,8 +44,7 @@ public:
     using state_type = typename O::template state_type<D>;
 
     /// Validates the options and the layers, and makes zeroed state for every layer on `dev`.
-    model_optimizer(const options_type& options, std::vector<layer> layers, D& dev,
-                    const parallel_options& exec = {})
+    model_optimizer(const options_type& options, std::vector<layer> layers, D& dev, const parallel_options& exec = {})
         : optimizer_(options), layers_(std::move(layers)), device_(&dev), exec_(exec) {
         exec_.validate();
         states_.reserve(layers_.size());

@@ -131,8 +131,10 @@ void momentum_kernel(float* __restrict w, const float* __restrict g, float* __re
 template <bool Decay, bool First>
 void momentum_dispatch(bool nesterov, float* w, const float* g, float* b, std::size_t n, float lr, float wd, float s,
                        float mu, float c) {
-    if (nesterov) momentum_kernel<Decay, First, true>(w, g, b, n, lr, wd, s, mu, c);
-    else momentum_kernel<Decay, First, false>(w, g, b, n, lr, wd, s, mu, c);
+    if (nesterov)
+        momentum_kernel<Decay, First, true>(w, g, b, n, lr, wd, s, mu, c);
+    else
+        momentum_kernel<Decay, First, false>(w, g, b, n, lr, wd, s, mu, c);
 }
 
 }  // namespace detail
@@ -140,7 +142,7 @@ HITCH_OPTIM_STRICT_FP_END
 
 template <host_device D>
 void momentum::apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
-                            const parallel_options& exec) const {
+                     const parallel_options& exec) const {
     detail::check_step("hitch::optim::momentum", l, {s.velocity.size()}, lr);
     float* w = l.params.data();
     const float* g = l.grads.data();
@@ -149,16 +151,25 @@ void momentum::apply(const layer& l, state_type<D>& s, float lr, float weight_de
     const float c = 1.0f - options_.dampening;
     const bool first = s.steps == 0;
     const bool nesterov = options_.nesterov;
-    parallel_for(l.size(), [&](std::size_t i, std::size_t e) {
-        const std::size_t n = e - i;
-        if (weight_decay != 0.0f) {
-            if (first) detail::momentum_dispatch<true, true>(nesterov, w + i, g + i, b + i, n, lr, weight_decay, scale, mu, c);
-            else detail::momentum_dispatch<true, false>(nesterov, w + i, g + i, b + i, n, lr, weight_decay, scale, mu, c);
-        } else {
-            if (first) detail::momentum_dispatch<false, true>(nesterov, w + i, g + i, b + i, n, lr, 0.0f, scale, mu, c);
-            else detail::momentum_dispatch<false, false>(nesterov, w + i, g + i, b + i, n, lr, 0.0f, scale, mu, c);
-        }
-    }, exec);
+    parallel_for(
+        l.size(),
+        [&](std::size_t i, std::size_t e) {
+            const std::size_t n = e - i;
+            if (weight_decay != 0.0f) {
+                if (first)
+                    detail::momentum_dispatch<true, true>(nesterov, w + i, g + i, b + i, n, lr, weight_decay, scale, mu,
+                                                          c);
+                else
+                    detail::momentum_dispatch<true, false>(nesterov, w + i, g + i, b + i, n, lr, weight_decay, scale,
+                                                           mu, c);
+            } else {
+                if (first)
+                    detail::momentum_dispatch<false, true>(nesterov, w + i, g + i, b + i, n, lr, 0.0f, scale, mu, c);
+                else
+                    detail::momentum_dispatch<false, false>(nesterov, w + i, g + i, b + i, n, lr, 0.0f, scale, mu, c);
+            }
+        },
+        exec);
     ++s.steps;
 }
 

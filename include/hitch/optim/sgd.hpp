@@ -96,14 +96,19 @@ HITCH_OPTIM_STRICT_FP_END
 
 template <host_device D>
 void sgd::apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
-                       const parallel_options& exec) const {
+                const parallel_options& exec) const {
     detail::check_step("hitch::optim::sgd", l, {}, lr);
     float* w = l.params.data();
     const float* g = l.grads.data();
-    parallel_for(l.size(), [&](std::size_t b, std::size_t e) {
-        if (weight_decay != 0.0f) detail::sgd_kernel<true>(w + b, g + b, e - b, lr, weight_decay, scale);
-        else detail::sgd_kernel<false>(w + b, g + b, e - b, lr, weight_decay, scale);
-    }, exec);
+    parallel_for(
+        l.size(),
+        [&](std::size_t b, std::size_t e) {
+            if (weight_decay != 0.0f)
+                detail::sgd_kernel<true>(w + b, g + b, e - b, lr, weight_decay, scale);
+            else
+                detail::sgd_kernel<false>(w + b, g + b, e - b, lr, weight_decay, scale);
+        },
+        exec);
     ++s.steps;
 }
 

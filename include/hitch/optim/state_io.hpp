@@ -71,8 +71,8 @@ public:
     void bytes(void* p, std::size_t n, std::string_view what) {
         in_.read(static_cast<char*>(p), static_cast<std::streamsize>(n));
         if (static_cast<std::size_t>(in_.gcount()) != n)
-            throw corrupt_message_error(concat("hitch::optim::load_state: the state is truncated (reading ", what,
-                                               ")"));
+            throw corrupt_message_error(
+                concat("hitch::optim::load_state: the state is truncated (reading ", what, ")"));
         sum_.update(p, n);
     }
     void skip(std::uint64_t n, std::string_view what) {
@@ -92,8 +92,8 @@ public:
     std::string text(std::uint32_t limit, std::string_view what) {
         const auto n = value<std::uint32_t>(what);
         if (n > limit)
-            throw corrupt_message_error(concat("hitch::optim::load_state: ", what, " length ", n,
-                                               " exceeds the limit of ", limit, " bytes"));
+            throw corrupt_message_error(
+                concat("hitch::optim::load_state: ", what, " length ", n, " exceeds the limit of ", limit, " bytes"));
         std::string s(n, '\0');
         bytes(s.data(), n, what);
         return s;
@@ -181,8 +181,8 @@ void load_payload(Reader& r, std::string_view id, std::span<const layer> layers,
         s.steps = r.template value<std::uint64_t>("a layer step count");
         const auto nb = r.template value<std::uint32_t>("a buffer count");
         if (nb > detail::max_buffers)
-            throw corrupt_message_error(concat("hitch::optim::load_state: layer ", i, " claims ", nb,
-                                               " state buffers (corrupt)"));
+            throw corrupt_message_error(
+                concat("hitch::optim::load_state: layer ", i, " claims ", nb, " state buffers (corrupt)"));
         for (std::uint32_t b = 0; b < nb; ++b) s.buffers.push_back(r.template value<std::uint64_t>("a buffer size"));
         saved.push_back(std::move(s));
     }
@@ -219,8 +219,8 @@ void load_payload(Reader& r, std::string_view id, std::span<const layer> layers,
     for (std::size_t i = 0; i < layers.size(); ++i) {
         if (saved[i].size != layers[i].size())
             throw mismatch_error(concat("hitch::optim::load_state: layer ", i, " ('", layers[i].name, "') has ",
-                                        layers[i].size(), " parameters but the saved layer ", i, " ('",
-                                        saved[i].name, "') has ", saved[i].size));
+                                        layers[i].size(), " parameters but the saved layer ", i, " ('", saved[i].name,
+                                        "') has ", saved[i].size));
         const auto buffers = states[i].buffers();
         if (saved[i].buffers.size() != std::ranges::size(buffers))
             throw mismatch_error(concat("hitch::optim::load_state: layer ", i, " ('", layers[i].name, "') has ",
@@ -228,11 +228,10 @@ void load_payload(Reader& r, std::string_view id, std::span<const layer> layers,
                                         saved[i].buffers.size(), " (different options, e.g. amsgrad?)"));
         for (std::size_t b = 0; b < saved[i].buffers.size(); ++b)
             if (!fits(i, b))
-                throw mismatch_error(concat("hitch::optim::load_state: layer ", i, " ('", layers[i].name,
-                                            "') state buffer ", b, " has ",
-                                            std::ranges::begin(buffers)[static_cast<std::ptrdiff_t>(b)].size(),
-                                            " elements but the saved one has ", saved[i].buffers[b],
-                                            " (different options, e.g. amsgrad?)"));
+                throw mismatch_error(concat(
+                    "hitch::optim::load_state: layer ", i, " ('", layers[i].name, "') state buffer ", b, " has ",
+                    std::ranges::begin(buffers)[static_cast<std::ptrdiff_t>(b)].size(),
+                    " elements but the saved one has ", saved[i].buffers[b], " (different options, e.g. amsgrad?)"));
     }
 
     std::size_t k = 0;
@@ -252,8 +251,8 @@ template <class State, device D>
 void save_state(std::ostream& out, std::string_view id, std::span<const layer> layers, std::span<State> states,
                 D& dev) {
     if (layers.size() != states.size())
-        throw config_error(detail::concat("hitch::optim::save_state: ", layers.size(), " layers but ", states.size(),
-                                          " states"));
+        throw config_error(
+            detail::concat("hitch::optim::save_state: ", layers.size(), " layers but ", states.size(), " states"));
     std::vector<std::byte> frame;
     frame_writer f(frame, state_magic, state_version);
     byte_writer& w = f.payload();
@@ -282,21 +281,22 @@ void save_state(std::ostream& out, std::string_view id, std::span<const layer> l
 /// Reads a state written by save_state into `states` (which must have the saved layout), or throws without
 /// changing anything (see the file comment for which error says what).
 template <class State, device D>
-void load_state(std::istream& in, std::string_view id, std::span<const layer> layers, std::span<State> states,
-                D& dev) {
+void load_state(std::istream& in, std::string_view id, std::span<const layer> layers, std::span<State> states, D& dev) {
     using detail::concat;
     if (layers.size() != states.size())
-        throw config_error(concat("hitch::optim::load_state: ", layers.size(), " layers but ", states.size(),
-                                  " states"));
+        throw config_error(
+            concat("hitch::optim::load_state: ", layers.size(), " layers but ", states.size(), " states"));
     std::vector<std::byte> start(12);
     in.read(reinterpret_cast<char*>(start.data()), static_cast<std::streamsize>(start.size()));
     start.resize(static_cast<std::size_t>(in.gcount()));
-    if (start.size() == 12 && frame_magic_matches(start, state_magic) && load_le<std::uint32_t>(start.data() + 8) == 1) {
+    if (start.size() == 12 && frame_magic_matches(start, state_magic) &&
+        load_le<std::uint32_t>(start.data() + 8) == 1) {
         detail::legacy_state_reader r(in, start);
         const auto bom = r.value<std::uint32_t>("the byte-order mark");
         if (bom != detail::byte_order_mark)
-            throw corrupt_message_error("hitch::optim::load_state: the state was written with another byte order "
-                                        "or is corrupt (bad byte-order mark)");
+            throw corrupt_message_error(
+                "hitch::optim::load_state: the state was written with another byte order "
+                "or is corrupt (bad byte-order mark)");
         detail::load_payload(r, id, layers, states, dev);
         return;
     }

@@ -27,7 +27,8 @@ public:
         bool average_optimizer_state = false;
 
         void validate() const {
-            option_validator("hitch::sync::local_sgd").closed("period", period, std::uint64_t{1}, std::uint64_t{1} << 32);
+            option_validator("hitch::sync::local_sgd")
+                .closed("period", period, std::uint64_t{1}, std::uint64_t{1} << 32);
         }
     };
     static constexpr std::string_view name = "local_sgd";

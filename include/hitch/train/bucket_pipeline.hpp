@@ -32,7 +32,9 @@ public:
     }
 
     /// Starts the worker thread; until then (or without it) buckets run inline in finish().
-    void start() { worker_ = std::thread([this] { worker_loop(); }); }
+    void start() {
+        worker_ = std::thread([this] { worker_loop(); });
+    }
 
     [[nodiscard]] bool threaded() const noexcept { return worker_.joinable(); }
     /// Buckets launched in this step.

@@ -92,7 +92,8 @@ public:
         frame_writer f(out, checkpoint_magic, checkpoint_version);
         byte_writer& w = f.payload();
         w.put(static_cast<std::uint32_t>(sections_.size()));
-        for (const auto& [name, bytes] : sections_) w.text(name).put(static_cast<std::uint64_t>(bytes.size())).bytes(bytes);
+        for (const auto& [name, bytes] : sections_)
+            w.text(name).put(static_cast<std::uint64_t>(bytes.size())).bytes(bytes);
         f.finish();
         return out;
     }
@@ -105,13 +106,13 @@ public:
             path.string() + detail::concat(".tmp-", ::getpid(), "-", counter.fetch_add(1));
         const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0)
-            throw error(detail::concat("hitch::train::checkpoint: cannot create ", temp.string(), ": ",
-                                       std::strerror(errno)));
+            throw error(
+                detail::concat("hitch::train::checkpoint: cannot create ", temp.string(), ": ", std::strerror(errno)));
         try {
             detail::write_all(fd, bytes, temp.string());
             if (::fsync(fd) != 0)
-                throw error(detail::concat("hitch::train::checkpoint: fsync of ", temp.string(), " failed: ",
-                                           std::strerror(errno)));
+                throw error(detail::concat("hitch::train::checkpoint: fsync of ", temp.string(),
+                                           " failed: ", std::strerror(errno)));
         } catch (...) {
             ::close(fd);
             std::error_code ignored;
@@ -123,8 +124,8 @@ public:
         std::filesystem::rename(temp, path, ec);
         if (ec) {
             std::filesystem::remove(temp, ec);
-            throw error(detail::concat("hitch::train::checkpoint: cannot rename ", temp.string(), " to ",
-                                       path.string(), ": ", ec.message()));
+            throw error(detail::concat("hitch::train::checkpoint: cannot rename ", temp.string(), " to ", path.string(),
+                                       ": ", ec.message()));
         }
         const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
         const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -153,7 +154,8 @@ public:
         parse();
     }
     /// From bytes already in memory (`what` names them in errors).
-    checkpoint_reader(std::vector<std::byte> bytes, std::string what) : path_(std::move(what)), bytes_(std::move(bytes)) {
+    checkpoint_reader(std::vector<std::byte> bytes, std::string what)
+        : path_(std::move(what)), bytes_(std::move(bytes)) {
         parse();
     }
 
@@ -220,7 +222,8 @@ private:
         std::memcpy(&stored, bytes_.data() + body, sizeof(stored));
         if (crc32c_of(std::span<const std::byte>(bytes_.data(), body)) != stored) corrupt("file checksum mismatch");
         std::size_t at = checkpoint_magic.size() + sizeof(std::uint32_t);
-        if (take<std::uint32_t>(at) != detail::checkpoint_byte_order) corrupt("written on a host of another byte order");
+        if (take<std::uint32_t>(at) != detail::checkpoint_byte_order)
+            corrupt("written on a host of another byte order");
         const auto count = take<std::uint32_t>(at);
         for (std::uint32_t i = 0; i < count; ++i) {
             const auto name_len = take<std::uint32_t>(at);

@@ -43,12 +43,12 @@
 #include <vector>
 
 #include "hitch/allreduce/automatic.hpp"
+#include "hitch/allreduce/schedule.hpp"
 #include "hitch/amp/loss_scaler.hpp"
 #include "hitch/amp/mixed_precision.hpp"
 #include "hitch/amp/nonfinite.hpp"
 #include "hitch/comm/agree.hpp"
 #include "hitch/compress/none.hpp"
-#include "hitch/allreduce/schedule.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/concepts/device.hpp"
@@ -111,8 +111,7 @@ public:
           policy_(options_.sync),
           timeline_(options_.timeline),
           pipeline_([this](std::size_t b) { run_bucket(b); }) {
-        static_assert(D::space == memory_space::host,
-                      "hitch::data_parallel runs on host devices (hitch::cpu)");
+        static_assert(D::space == memory_space::host, "hitch::data_parallel runs on host devices (hitch::cpu)");
         static_assert(allreduce::check_schedule<S, C>());
         ready_.assign(layers32().size(), 0);
         ready_in_bucket_.assign(buckets_.size(), 0);
@@ -199,9 +198,8 @@ public:
         write_meta(w, identity(), step_);
         write_parameters(w, layers32());
         w.add_stream("hitch.optimizer", [&](std::ostream& os) { optimizer_->save(os); });
-        write_codec_states(w, buckets_.codec(), buckets_.size(), [&](std::size_t b) -> const auto& {
-            return *buckets_[b].codec_state;
-        });
+        write_codec_states(w, buckets_.codec(), buckets_.size(),
+                           [&](std::size_t b) -> const auto& { return *buckets_[b].codec_state; });
         if (scaler_) write_scaler(w, scaler_->state());
         write_sync(w, policy_);
         write_schedule(w, options_.schedule);
@@ -244,7 +242,8 @@ public:
     // ---- the step context the sync policy drives (see hitch/concepts/sync_policy.hpp) -------------------------
 
     bool finish_gradient_exchange() {
-        if (used_gradient_ready_) require_every_layer_ready();
+        if (used_gradient_ready_)
+            require_every_layer_ready();
         else
             for (std::size_t k = 0; k < layers32().size(); ++k) mark_ready(k);
         pipeline_.finish();
@@ -295,8 +294,16 @@ private:
     [[nodiscard]] const std::vector<hitch::layer>& layers32() const noexcept { return weights_.layers(); }
 
     [[nodiscard]] checkpoint_identity identity() const {
-        return {size(),   rank(),       O::name,      X::name, P::name, dtype_of<Param>(), buckets_.size(),
-                options_.bucket_bytes, scaler_.has_value(), layers32()};
+        return {size(),
+                rank(),
+                O::name,
+                X::name,
+                P::name,
+                dtype_of<Param>(),
+                buckets_.size(),
+                options_.bucket_bytes,
+                scaler_.has_value(),
+                layers32()};
     }
 
     // ---- buckets ----------------------------------------------------------------------------------------------
@@ -345,8 +352,8 @@ private:
                 overflow = scaler_->unscale(l.grads);
             }
             if (!scaler_ && bk.report.layer < 0) {
-                const std::size_t bad = amp::detail::first_nonfinite(
-                    tensor_view<const float>(l.grads.data(), l.size()), options_.execution);
+                const std::size_t bad = amp::detail::first_nonfinite(tensor_view<const float>(l.grads.data(), l.size()),
+                                                                     options_.execution);
                 if (bad != amp::detail::npos)
                     bk.report = {static_cast<std::int64_t>(k), static_cast<std::int64_t>(bad), l.grads[bad]};
             }
@@ -381,9 +388,9 @@ private:
         const bool any = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.layer >= 0; });
         if (!any) return true;
         if (options_.nonfinite == amp::nonfinite_policy::skip_step) return false;
-        throw amp::nonfinite_gradient_error(concat(
-            "hitch::data_parallel: ",
-            amp::detail::describe(reports, step_, true, [&](std::size_t k) { return layers32().at(k).name; })));
+        throw amp::nonfinite_gradient_error(
+            concat("hitch::data_parallel: ",
+                   amp::detail::describe(reports, step_, true, [&](std::size_t k) { return layers32().at(k).name; })));
     }
 
     void reset_step() {
@@ -401,8 +408,8 @@ private:
 
     void check_replicas() {
         auto span = trace("replica check", "comm");
-        comm::agree(control_, parameter_hash(), concat("hitch::data_parallel: replica check after step ", step_ - 1,
-                                                       ": parameter hashes differ"),
+        comm::agree(control_, parameter_hash(),
+                    concat("hitch::data_parallel: replica check after step ", step_ - 1, ": parameter hashes differ"),
                     [](std::ostream& os, std::uint64_t h) { os << "0x" << std::hex << h << std::dec; });
     }
 

@@ -25,12 +25,12 @@
 #include <vector>
 
 #include "hitch/amp/loss_scaler.hpp"
-#include "hitch/exchange/aggregate.hpp"
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
-#include "hitch/core/options.hpp"
 #include "hitch/core/layer.hpp"
+#include "hitch/core/options.hpp"
+#include "hitch/exchange/aggregate.hpp"
 #include "hitch/train/checkpoint.hpp"
 #include "hitch/train/stateful_schedule.hpp"
 
@@ -147,8 +147,10 @@ void write_codec_states(checkpoint_writer& w, const X& codec, std::size_t bucket
 
 /// Every bucket's saved aggregation state, each loaded into a fresh `make_state(b)`.
 template <compressor X, class MakeState>
-[[nodiscard]] std::vector<std::optional<compress::aggregation_state<X>>> read_codec_states(
-    const checkpoint_reader& r, const X& codec, std::size_t buckets, MakeState&& make_state) {
+[[nodiscard]] std::vector<std::optional<compress::aggregation_state<X>>> read_codec_states(const checkpoint_reader& r,
+                                                                                           const X& codec,
+                                                                                           std::size_t buckets,
+                                                                                           MakeState&& make_state) {
     std::vector<std::optional<compress::aggregation_state<X>>> states(buckets);
     const auto blob = r.section("hitch.compressor");
     std::size_t at = 0;

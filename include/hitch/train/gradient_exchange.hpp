@@ -17,14 +17,14 @@
 #include "hitch/allreduce/collectives.hpp"
 #include "hitch/allreduce/group.hpp"
 #include "hitch/amp/nonfinite.hpp"
-#include "hitch/exchange/aggregate.hpp"
 #include "hitch/compress/none.hpp"
 #include "hitch/compress/powersgd.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/core/error.hpp"
-#include "hitch/core/tensor.hpp"
 #include "hitch/core/layer.hpp"
+#include "hitch/core/tensor.hpp"
+#include "hitch/exchange/aggregate.hpp"
 #include "hitch/train/buckets.hpp"
 #include "hitch/train/timeline.hpp"
 
@@ -134,8 +134,8 @@ public:
                 const std::size_t rows = l.rows == 0 ? l.size() : l.rows;
                 if (l.size() % rows != 0)
                     throw config_error(hitch::detail::concat("hitch::data_parallel: layer '", l.name, "' has ",
-                                                             l.size(), " elements, not a multiple of its rows = ",
-                                                             l.rows));
+                                                             l.size(),
+                                                             " elements, not a multiple of its rows = ", l.rows));
                 shapes.push_back({rows, l.size() / rows});
             }
             return compress::make_aggregation_state(codec_, codec_.make_state(n, shapes), n);

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "hitch/amp/mixed_precision.hpp"
-#include "hitch/core/crc32c.hpp"
 #include "hitch/concepts/device.hpp"
+#include "hitch/core/crc32c.hpp"
 #include "hitch/core/dtype.hpp"
-#include "hitch/device/buffer.hpp"
 #include "hitch/core/layer.hpp"
+#include "hitch/device/buffer.hpp"
 
 namespace hitch::train::detail {
 

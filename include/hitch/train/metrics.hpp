@@ -37,8 +37,10 @@ struct step_metrics {
         s << std::setprecision(std::numeric_limits<double>::max_digits10);
         const auto number = [&](const char* key, std::optional<double> v) {
             s << '"' << key << "\":";
-            if (v && std::isfinite(*v)) s << *v;
-            else s << "null";
+            if (v && std::isfinite(*v))
+                s << *v;
+            else
+                s << "null";
         };
         s << "{\"step\":" << step << ",\"epoch\":" << epoch << ",\"rank\":" << rank << ',';
         number("loss", loss);

@@ -78,8 +78,8 @@ public:
         };
         std::lock_guard lock(m_);
         const auto [it, inserted] = threads_.try_emplace(std::this_thread::get_id(), static_cast<int>(threads_.size()));
-        events_.push_back(event{std::move(name), std::move(category), us(begin), us(end) - us(begin), it->second,
-                                std::move(args)});
+        events_.push_back(
+            event{std::move(name), std::move(category), us(begin), us(end) - us(begin), it->second, std::move(args)});
     }
 
     [[nodiscard]] std::vector<event> events() const {

@@ -17,9 +17,13 @@ struct communicator_without_barrier {
     int rank() const { return 0; }
     int size() const { return 1; }
     template <class T>
-    request isend(std::span<const T>, int, int) { return {}; }
+    request isend(std::span<const T>, int, int) {
+        return {};
+    }
     template <class T>
-    request irecv(std::span<T>, int, int) { return {}; }
+    request irecv(std::span<T>, int, int) {
+        return {};
+    }
     hitch::message_info probe(int, int) { return {}; }
     int max_tag() const { return 100; }
     hitch::seconds_f timeout() const { return hitch::seconds_f(1); }

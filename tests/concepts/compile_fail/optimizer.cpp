@@ -24,7 +24,9 @@ struct rule_with_id {
     const options_type& options() const { return options_; }
     static std::string id() { return "mine"; }  // not `static constexpr std::string_view name`
     template <class D>
-    rule_state make_state(D&, std::size_t) const { return {}; }
+    rule_state make_state(D&, std::size_t) const {
+        return {};
+    }
     // no step()
     options_type options_;
 };

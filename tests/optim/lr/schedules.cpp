@@ -83,7 +83,8 @@ TEST_CASE("cyclical rates peak at odd half cycles; triangular2 halves the amplit
     CHECK(c(200, 100) == Approx(0.006));
     CHECK(c(400, 100) == Approx(0.001));
     CHECK(c(600, 100) == Approx(0.006));
-    const lr::cyclical c2({.base_lr = 0.001, .max_lr = 0.006, .half_cycle_epochs = 2, .mode = lr::cycle_mode::triangular2});
+    const lr::cyclical c2(
+        {.base_lr = 0.001, .max_lr = 0.006, .half_cycle_epochs = 2, .mode = lr::cycle_mode::triangular2});
     CHECK(c2(200, 100) == Approx(0.006));
     CHECK(c2(600, 100) == Approx(0.0035));
     CHECK(c2(1000, 100) == Approx(0.00225));
@@ -114,16 +115,16 @@ TEST_CASE("one-cycle: rate and inverse momentum at the phase boundaries (Smith 2
 }
 
 TEST_CASE("batch-size schedule grows the batch at milestones, then decays the rate (Smith et al. 2017)", "[lr]") {
-    const lr::batch_size_schedule s({.base_batch = 128, .base_lr = 0.1, .milestones = {60, 120, 160}, .factor = 5,
-                                     .max_batch = 16000});
+    const lr::batch_size_schedule s(
+        {.base_batch = 128, .base_lr = 0.1, .milestones = {60, 120, 160}, .factor = 5, .max_batch = 16000});
     CHECK(s.batch_size(0) == 128);
     CHECK(s.batch_size(59) == 128);
     CHECK(s.batch_size(60) == 640);
     CHECK(s.batch_size(120) == 3200);
     CHECK(s.batch_size(160) == 16000);
     CHECK(s.learning_rate(200) == Approx(0.1));
-    const lr::batch_size_schedule capped({.base_batch = 128, .base_lr = 0.1, .milestones = {60, 120, 160},
-                                          .factor = 5, .max_batch = 3200});
+    const lr::batch_size_schedule capped(
+        {.base_batch = 128, .base_lr = 0.1, .milestones = {60, 120, 160}, .factor = 5, .max_batch = 3200});
     CHECK(capped.batch_size(160) == 3200);
     CHECK(capped.learning_rate(160) == Approx(0.02));
     CHECK(capped.learning_rate(159) == Approx(0.1));
@@ -150,7 +151,8 @@ TEST_CASE("bad schedule options throw config_error naming field, value and range
     CHECK_THROWS_WITH(lr::warmup(lr::constant({.value = 0.1}), {.epochs = 0}),
                       "hitch::lr::warmup: option epochs = 0 is outside the allowed range (0, inf)");
     CHECK_THROWS_WITH(lr::constant({.value = -0.1}), Catch::Contains("value = -0.1"));
-    CHECK_THROWS_WITH(lr::step_decay({.gamma = 1.5}), Catch::Contains("gamma = 1.5 is outside the allowed range (0, 1]"));
+    CHECK_THROWS_WITH(lr::step_decay({.gamma = 1.5}),
+                      Catch::Contains("gamma = 1.5 is outside the allowed range (0, 1]"));
     CHECK_THROWS_WITH(lr::multi_step({.milestones = {30, 20}}), Catch::Contains("milestones must increase"));
     CHECK_THROWS_WITH(lr::cosine({.base = 0.1, .final_lr = 0.2}), Catch::Contains("final_lr = 0.2"));
     CHECK_THROWS_WITH(lr::polynomial({.power = 0}), Catch::Contains("power = 0"));

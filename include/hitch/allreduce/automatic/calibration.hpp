@@ -81,12 +81,14 @@ template <communicator C, class Run, class Model>
             double left_s;
         };
         double round_s = 0, left_s = 1e300;
-        for (const spent& o : comm::allgather_value(t.comm(), spent{std::chrono::duration<double>(clock::now() - warm_start).count(), left()})) {
+        for (const spent& o : comm::allgather_value(
+                 t.comm(), spent{std::chrono::duration<double>(clock::now() - warm_start).count(), left()})) {
             round_s = std::max(round_s, o.round_s);
             left_s = std::min(left_s, o.left_s);
         }
         const int wanted = tuning::probe_repeats(bytes);
-        const int rounds = round_s > 0 ? static_cast<int>(std::min<double>(wanted, std::floor(left_s / round_s))) : wanted;
+        const int rounds =
+            round_s > 0 ? static_cast<int>(std::min<double>(wanted, std::floor(left_s / round_s))) : wanted;
         if (rounds < 1) break;
         prof.bytes[static_cast<std::size_t>(i)] = static_cast<double>(bytes);
         for (int r = 0; r < rounds; ++r) round(true, r == 0);

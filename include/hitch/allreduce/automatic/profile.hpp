@@ -23,7 +23,7 @@ struct automatic_profile {
                                           // parameter_server, native
     std::array<double, probes> bytes{};
     std::array<std::array<double, probes>, candidates> seconds{};  // 0: not measured (native unavailable)
-    std::int32_t measured = 0;                                      // probes measured: bytes[0, measured)
+    std::int32_t measured = 0;                                     // probes measured: bytes[0, measured)
     /// 1 when the calibration budget ended the probes early: the model is held beyond the last measured probe
     /// and no later call measures more. (An int, not a bool: the struct has no padding, so ranks compare bytes.)
     std::int32_t stopped_by_budget = 0;
@@ -33,8 +33,8 @@ struct automatic_profile {
     }
     /// True when a call of n_bytes should first time the candidates at larger probes.
     [[nodiscard]] bool outgrown_by(std::size_t n_bytes) const noexcept {
-        return stopped_by_budget == 0 && measured > 0 && measured < probes &&
-               static_cast<double>(n_bytes) > bytes[static_cast<std::size_t>(measured - 1)];
+        return stopped_by_budget == 0 && measured > 0 &&
+               measured<probes&& static_cast<double>(n_bytes)> bytes[static_cast<std::size_t>(measured - 1)];
     }
     /// The probes a call of n_bytes needs measured: up to the first probe at least as large (at most all).
     [[nodiscard]] int probes_for(std::size_t n_bytes) const noexcept {
@@ -53,8 +53,8 @@ namespace detail {
 /// Measured over modelled time for candidate `c` (schedule `s`) at n bytes: interpolated in log(n) between the
 /// two probes around n, held constant beyond the first and last probe. 1 when the candidate was not measured.
 template <class S>
-[[nodiscard]] double measured_ratio(const automatic_profile& prof, int c, int p, std::size_t n,
-                                    const cost_constants& k, const S& s) {
+[[nodiscard]] double measured_ratio(const automatic_profile& prof, int c, int p, std::size_t n, const cost_constants& k,
+                                    const S& s) {
     const auto& times = prof.seconds[static_cast<std::size_t>(c)];
     const auto ratio_at = [&](std::size_t i) {
         const double model = s.cost(p, static_cast<std::size_t>(prof.bytes[i]), k).seconds(k);

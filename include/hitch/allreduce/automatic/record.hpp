@@ -92,8 +92,10 @@ private:
             return;
         }
         spare_slot& s = spare();
-        if (s.r == nullptr) s.r = r;
-        else delete r;
+        if (s.r == nullptr)
+            s.r = r;
+        else
+            delete r;
     }
 
     automatic_record* r_;

@@ -112,7 +112,8 @@ inline void encode_automatic_state(const automatic_state& s, std::vector<std::by
         fail(concat("not an automatic state (magic ", state_bytes::hex(get<std::uint64_t>(blob, 0)), ")"));
     const auto version = get<std::uint32_t>(blob, 8);
     if (version == 0 || version > automatic_state_version)
-        fail(concat("written by a newer hitch (format ", version, ", this build reads 1-", automatic_state_version, ")"));
+        fail(concat("written by a newer hitch (format ", version, ", this build reads 1-", automatic_state_version,
+                    ")"));
     const auto length = get<std::uint64_t>(blob, 12);
     if (size < length) fail(concat("truncated: ", size, " of ", length, " bytes"));
     if (size > length) fail(concat(size, " bytes, but the header says ", length));
@@ -121,8 +122,8 @@ inline void encode_automatic_state(const automatic_state& s, std::vector<std::by
     automatic_state s;
     const auto flags = get<std::uint32_t>(blob, 24);
     const std::size_t constants_bytes = 5 * sizeof(double);
-    const std::size_t profile_bytes = 2 * sizeof(std::int32_t) + sizeof(double) * automatic_profile::probes *
-                                                                      (1 + automatic_profile::candidates);
+    const std::size_t profile_bytes =
+        2 * sizeof(std::int32_t) + sizeof(double) * automatic_profile::probes * (1 + automatic_profile::candidates);
     const std::size_t expected = automatic_state_header_bytes + 4 + ((flags & 1u) != 0 ? constants_bytes : 0) +
                                  ((flags & 2u) != 0 ? profile_bytes : 0);
     if ((flags & ~3u) != 0 || expected != size)

@@ -30,27 +30,33 @@ struct fold {
     f.p2 = floor_pow2(p);
     f.rem = p - f.p2;
     f.rank = rank;
-    if (rank < 2 * f.rem) f.new_rank = rank % 2 == 0 ? -1 : rank / 2;
-    else f.new_rank = rank - f.rem;
+    if (rank < 2 * f.rem)
+        f.new_rank = rank % 2 == 0 ? -1 : rank / 2;
+    else
+        f.new_rank = rank - f.rem;
     return f;
 }
 
 /// Folded-away ranks hand their buffer to their odd partner, which combines it into its own.
 template <class C, floating_element T>
-void fold_in(transport<C>& t, const fold& f, std::span<T> data, reduce_op op, std::size_t segment, int depth, int channel) {
+void fold_in(transport<C>& t, const fold& f, std::span<T> data, reduce_op op, std::size_t segment, int depth,
+             int channel) {
     if (f.folded_away()) {
         t.exchange_reduce(f.rank + 1, std::span<const T>(data), -1, std::span<T>(), combine_spec{op, true, 1}, segment,
                           depth, channel);
     } else if (f.absorbs()) {
-        t.exchange_reduce(-1, std::span<const T>(), f.rank - 1, data, combine_spec{op, true, 1}, segment, depth, channel);
+        t.exchange_reduce(-1, std::span<const T>(), f.rank - 1, data, combine_spec{op, true, 1}, segment, depth,
+                          channel);
     }
 }
 
 /// The odd partners return the finished result to the folded-away ranks.
 template <class C, element_type T>
 void fold_out(transport<C>& t, const fold& f, std::span<T> data, std::size_t segment, int channel) {
-    if (f.folded_away()) t.exchange_copy(-1, std::span<const T>(), f.rank + 1, data, segment, channel);
-    else if (f.absorbs()) t.exchange_copy(f.rank - 1, std::span<const T>(data), -1, std::span<T>(), segment, channel);
+    if (f.folded_away())
+        t.exchange_copy(-1, std::span<const T>(), f.rank + 1, data, segment, channel);
+    else if (f.absorbs())
+        t.exchange_copy(f.rank - 1, std::span<const T>(data), -1, std::span<T>(), segment, channel);
 }
 
 }  // namespace hitch::allreduce::detail

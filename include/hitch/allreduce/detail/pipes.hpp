@@ -71,7 +71,11 @@ public:
     }
 
     pipes(std::shared_ptr<comm::node_memory> memory, int rank, int size, const layout& l)
-        : memory_(std::move(memory)), layout_(l), rank_(rank), size_(size), out_(static_cast<std::size_t>(size)),
+        : memory_(std::move(memory)),
+          layout_(l),
+          rank_(rank),
+          size_(size),
+          out_(static_cast<std::size_t>(size)),
           in_(static_cast<std::size_t>(size)),
           sent_(static_cast<std::size_t>(size) * channels),
           posted_(static_cast<std::size_t>(size) * channels) {
@@ -256,7 +260,7 @@ private:
         std::uint64_t handed_back_seen = 0;
         std::size_t in_use = 0;                             // busy slots
         std::array<std::deque<send_op*>, channels> queues;  // pending sends per channel, in post order
-        std::uint64_t active = 0;                            // channels with pending sends
+        std::uint64_t active = 0;                           // channels with pending sends
         int cursor = 0;
         void clear() {
             for (std::uint64_t bits = active; bits != 0; bits &= bits - 1)
@@ -292,7 +296,8 @@ private:
         return v;
     }
     /// Numbers a new message of this call on (peer, channel) with `counts` (sends' or receives') and sizes it.
-    void describe(message& m, int peer, int channel, std::vector<std::uint64_t>& counts, std::size_t bytes, dtype type) {
+    void describe(message& m, int peer, int channel, std::vector<std::uint64_t>& counts, std::size_t bytes,
+                  dtype type) {
         m.peer = peer;
         m.channel = channel;
         m.index = counts[key_slot(peer, channel)]++;
@@ -354,7 +359,8 @@ private:
             const std::size_t bytes = std::min(layout_.slot_bytes, m.bytes - std::min(offset, m.bytes));
             slot_header& h = o.pipe.headers[free_slot];
             if (bytes != 0) std::memcpy(o.pipe.data + free_slot * layout_.slot_bytes, m.data + offset, bytes);
-            h.piece = header_copy{call_, static_cast<std::uint32_t>(m.channel), m.type, m.index, m.bytes, offset, bytes};
+            h.piece =
+                header_copy{call_, static_cast<std::uint32_t>(m.channel), m.type, m.index, m.bytes, offset, bytes};
             const std::uint64_t stamp = h.stamp.load(std::memory_order_relaxed) + 1;
             h.stamp.store(stamp, std::memory_order_release);
             o.busy[free_slot] = stamp;
@@ -428,8 +434,10 @@ private:
             return;
         }
         if (h.bytes != 0) {
-            if (r.combiner != nullptr) r.combiner(r.dst + h.offset, piece, h.bytes, r.spec);
-            else std::memcpy(r.dst + h.offset, piece, h.bytes);
+            if (r.combiner != nullptr)
+                r.combiner(r.dst + h.offset, piece, h.bytes, r.spec);
+            else
+                std::memcpy(r.dst + h.offset, piece, h.bytes);
         }
         hand_back(r.peer, slot);
         if (++r.arrived == r.pieces) finish(r);

@@ -66,8 +66,10 @@ struct tree_node {
             return t;
         }
         parent = m;
-        if (x < m) hi = m - 1;
-        else lo = m + 1;
+        if (x < m)
+            hi = m - 1;
+        else
+            lo = m + 1;
     }
 }
 
@@ -120,7 +122,9 @@ void run_trees(transport<C>& t, std::span<tree_part<T>> parts, reduce_op op, boo
         std::size_t r_posted = 0, r_done = 0, b_posted = 0, b_done = 0;
     };
     std::vector<state> states(parts.size());
-    const auto range = [&](const state& s, std::size_t j) { return allreduce::block{j * segment, std::min(segment, s.n - j * segment)}; };
+    const auto range = [&](const state& s, std::size_t j) {
+        return allreduce::block{j * segment, std::min(segment, s.n - j * segment)};
+    };
 
     for (std::size_t i = 0; i < parts.size(); ++i) {
         state& s = states[i];
@@ -148,13 +152,16 @@ void run_trees(transport<C>& t, std::span<tree_part<T>> parts, reduce_op op, boo
         if constexpr (floating_element<T>) {
             if (reduce) {
                 // Receives from the children for the next segments, `depth` ahead.
-                while (node.child_count > 0 && s.r_posted < s.count && s.r_posted < s.r_done + static_cast<std::size_t>(depth)) {
+                while (node.child_count > 0 && s.r_posted < s.count &&
+                       s.r_posted < s.r_done + static_cast<std::size_t>(depth)) {
                     const allreduce::block b = range(s, s.r_posted);
                     for (int c = 0; c < node.child_count; ++c) {
                         const auto cc = static_cast<std::size_t>(c);
                         const std::size_t w = std::min(segment, s.n);
                         const std::span<T> slot =
-                            t.direct() ? std::span<T>() : s.slots[cc].subspan((s.r_posted % static_cast<std::size_t>(depth)) * w, b.count);
+                            t.direct()
+                                ? std::span<T>()
+                                : s.slots[cc].subspan((s.r_posted % static_cast<std::size_t>(depth)) * w, b.count);
                         s.from_child[cc][s.r_posted % static_cast<std::size_t>(depth)] =
                             t.template receive<T>(node.children[cc], s.part->reduce_channel, b.count, slot);
                     }
@@ -167,23 +174,28 @@ void run_trees(transport<C>& t, std::span<tree_part<T>> parts, reduce_op op, boo
                     const std::size_t k = s.r_done % static_cast<std::size_t>(depth);
                     bool ready = true;
                     for (int c = 0; c < node.child_count && ready; ++c) {
-                        if (s.r_done >= s.r_posted) ready = false;
-                        else ready = s.from_child[static_cast<std::size_t>(c)][k].test();
+                        if (s.r_done >= s.r_posted)
+                            ready = false;
+                        else
+                            ready = s.from_child[static_cast<std::size_t>(c)][k].test();
                     }
                     if (!ready) break;
                     const T* mine = s.part->input.data() + b.offset;
                     if (node.child_count > 0) {
                         std::array<const T*, 3> sources{mine, nullptr, nullptr};
                         for (int c = 0; c < node.child_count; ++c)
-                            sources[static_cast<std::size_t>(c) + 1] = s.from_child[static_cast<std::size_t>(c)][k].data();
+                            sources[static_cast<std::size_t>(c) + 1] =
+                                s.from_child[static_cast<std::size_t>(c)][k].data();
                         T* dst = s.acc.data() + b.offset;
                         combine_many(dst, sources.data(), static_cast<std::size_t>(node.child_count) + 1, b.count, op,
                                      node.parent < 0 ? p : 1);
-                        for (int c = 0; c < node.child_count; ++c) s.from_child[static_cast<std::size_t>(c)][k].release();
+                        for (int c = 0; c < node.child_count; ++c)
+                            s.from_child[static_cast<std::size_t>(c)][k].release();
                         mine = dst;
                     }
                     if (node.parent >= 0)
-                        s.up.push_back(t.template send<T>(node.parent, s.part->reduce_channel, std::span<const T>(mine, b.count)));
+                        s.up.push_back(
+                            t.template send<T>(node.parent, s.part->reduce_channel, std::span<const T>(mine, b.count)));
                     ++s.r_done;
                     moved = true;
                 }
@@ -193,7 +205,8 @@ void run_trees(transport<C>& t, std::span<tree_part<T>> parts, reduce_op op, boo
             const auto send_down = [&](std::size_t j) {
                 const allreduce::block b = range(s, j);
                 for (int c = 0; c < node.child_count; ++c)
-                    s.down.push_back(t.template send<T>(node.children[static_cast<std::size_t>(c)], s.part->broadcast_channel,
+                    s.down.push_back(t.template send<T>(node.children[static_cast<std::size_t>(c)],
+                                                        s.part->broadcast_channel,
                                                         std::span<const T>(s.part->output.data() + b.offset, b.count)));
             };
             if (node.parent < 0) {
@@ -246,8 +259,8 @@ void run_trees(transport<C>& t, std::span<tree_part<T>> parts, reduce_op op, boo
             for (const auto& s : states)
                 where += hitch::detail::concat(where.empty() ? "" : "; ", "tree part: reduced ", s.r_done, "/", s.count,
                                                " segments, broadcast ", s.b_done, "/", s.count);
-            throw timeout_error("hitch::allreduce tree pipeline",
-                                hitch::detail::concat("rank ", t.rank(), ": ", where), t.limit().waited());
+            throw timeout_error("hitch::allreduce tree pipeline", hitch::detail::concat("rank ", t.rank(), ": ", where),
+                                t.limit().waited());
         }
     }
 }

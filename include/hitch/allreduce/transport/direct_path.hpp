@@ -231,8 +231,7 @@ public:
                 bool arrived = false;
                 try {
                     arrived = request_->test();
-                } catch (...) {
-                }
+                } catch (...) {}
                 if (arrived) {
                     auto* holder = reinterpret_cast<std::shared_ptr<detail::direct_lease>*>(descriptor_->holder);
                     if (holder != nullptr) {

@@ -22,26 +22,26 @@
 namespace hitch::allreduce {
 
 template <class P>
-concept transport_path = requires(P& p, std::span<const float> out, std::span<float> in, std::size_t n,
-                                  const combine_spec& spec, const deadline& limit, typename P::outgoing& o,
-                                  typename P::template incoming<float>& i, const float* r) {
-    { P::needs_slots } -> std::convertible_to<bool>;
-    { P::combine_needs_slot } -> std::convertible_to<bool>;
-    { P::reads_in_place } -> std::convertible_to<bool>;
-    { p.send(0, 0, 0, out, false) } -> std::same_as<typename P::outgoing>;
-    { p.receive(0, 0, 0, n, in) } -> std::same_as<typename P::template incoming<float>>;
-    { p.receive_into(0, 0, 0, in) } -> std::same_as<typename P::template incoming<float>>;
-    { p.receive_combine(0, 0, 0, in, spec, in) } -> std::same_as<typename P::template incoming<float>>;
-    { o.test() } -> std::convertible_to<bool>;
-    o.wait(limit);
-    { o.active() } -> std::convertible_to<bool>;
-    { i.test() } -> std::convertible_to<bool>;
-    i.wait(limit);
-    { i.data() } -> std::same_as<const float*>;
-    { i.size() } -> std::convertible_to<std::size_t>;
-    { i.writable() } -> std::convertible_to<bool>;
-    i.write_back(r);
-    i.release();
-};
+concept transport_path =
+    requires(P& p, std::span<const float> out, std::span<float> in, std::size_t n, const combine_spec& spec,
+             const deadline& limit, typename P::outgoing& o, typename P::template incoming<float>& i, const float* r) {
+        { P::needs_slots } -> std::convertible_to<bool>;
+        { P::combine_needs_slot } -> std::convertible_to<bool>;
+        { P::reads_in_place } -> std::convertible_to<bool>;
+        { p.send(0, 0, 0, out, false) } -> std::same_as<typename P::outgoing>;
+        { p.receive(0, 0, 0, n, in) } -> std::same_as<typename P::template incoming<float>>;
+        { p.receive_into(0, 0, 0, in) } -> std::same_as<typename P::template incoming<float>>;
+        { p.receive_combine(0, 0, 0, in, spec, in) } -> std::same_as<typename P::template incoming<float>>;
+        { o.test() } -> std::convertible_to<bool>;
+        o.wait(limit);
+        { o.active() } -> std::convertible_to<bool>;
+        { i.test() } -> std::convertible_to<bool>;
+        i.wait(limit);
+        { i.data() } -> std::same_as<const float*>;
+        { i.size() } -> std::convertible_to<std::size_t>;
+        { i.writable() } -> std::convertible_to<bool>;
+        i.write_back(r);
+        i.release();
+    };
 
 }  // namespace hitch::allreduce

@@ -22,10 +22,10 @@ template <communicator C>
     const long long span = static_cast<long long>(comm.max_tag()) - base + 1;
     const long long window = span / channels_per_call;
     if (window < 1)
-        throw config_error(hitch::detail::concat("hitch::allreduce: ", comm.name(), " offers tags up to ", comm.max_tag(),
-                                          ", too few for hitch's collectives (need at least ",
-                                          2 * (collective_tag_base(comm) + first_call_tag_offset + channels_per_call),
-                                          ")"));
+        throw config_error(
+            hitch::detail::concat("hitch::allreduce: ", comm.name(), " offers tags up to ", comm.max_tag(),
+                                  ", too few for hitch's collectives (need at least ",
+                                  2 * (collective_tag_base(comm) + first_call_tag_offset + channels_per_call), ")"));
     return static_cast<int>(base +
                             static_cast<long long>(sequence % static_cast<std::uint64_t>(window)) * channels_per_call);
 }

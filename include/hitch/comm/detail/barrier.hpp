@@ -30,8 +30,8 @@ void dissemination_barrier(int rank, int size, std::uint64_t number, seconds_f t
             s.wait(limit);
         } catch (const timeout_error&) {
             throw timeout_error(hitch::detail::concat(who, " barrier"),
-                                hitch::detail::concat("barrier #", number, " on rank ", rank, " of ", size,
-                                                      ": rank ", from, " did not arrive"),
+                                hitch::detail::concat("barrier #", number, " on rank ", rank, " of ", size, ": rank ",
+                                                      from, " did not arrive"),
                                 limit.waited());
         }
     }

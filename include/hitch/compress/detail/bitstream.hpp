@@ -18,12 +18,12 @@ namespace hitch::compress::detail {
 [[nodiscard]] constexpr std::size_t code_bytes(std::size_t n, unsigned b) noexcept { return (n * b + 7) / 8; }
 
 HITCH_COMPRESS_ALWAYS_INLINE void pack_nibbles(const std::uint8_t* codes, std::byte* out, std::size_t pairs) {
-    for (std::size_t j = 0; j < pairs; ++j)
-        out[j] = static_cast<std::byte>(codes[2 * j] | codes[2 * j + 1] << 4);
+    for (std::size_t j = 0; j < pairs; ++j) out[j] = static_cast<std::byte>(codes[2 * j] | codes[2 * j + 1] << 4);
 }
 HITCH_COMPRESS_ALWAYS_INLINE void pack_pairs_of_bits(const std::uint8_t* codes, std::byte* out, std::size_t quads) {
     for (std::size_t j = 0; j < quads; ++j)
-        out[j] = static_cast<std::byte>(codes[4 * j] | codes[4 * j + 1] << 2 | codes[4 * j + 2] << 4 | codes[4 * j + 3] << 6);
+        out[j] = static_cast<std::byte>(codes[4 * j] | codes[4 * j + 1] << 2 | codes[4 * j + 2] << 4 |
+                                        codes[4 * j + 3] << 6);
 }
 
 /// Writes n codes of b bits at `out`, which starts on a byte boundary of the stream; the last byte is zero-padded.
@@ -45,7 +45,8 @@ HITCH_COMPRESS_ALWAYS_INLINE void pack_codes(const Code* codes, std::size_t n, u
             pack_pairs_of_bits(codes, out, quads);
             if (n % 4) {
                 unsigned last = 0;
-                for (std::size_t i = quads * 4; i < n; ++i) last |= static_cast<unsigned>(codes[i]) << (2 * (i - quads * 4));
+                for (std::size_t i = quads * 4; i < n; ++i)
+                    last |= static_cast<unsigned>(codes[i]) << (2 * (i - quads * 4));
                 out[quads] = static_cast<std::byte>(last);
             }
             return;
@@ -151,14 +152,18 @@ HITCH_COMPRESS_ALWAYS_INLINE void decode_bytes(const byte_tables& t, const std::
         const float* lv = t.level[static_cast<unsigned>(bytes[j])];
         for (unsigned k = 0; k < per; ++k) {
             const float v = lv[k] * scale;
-            if constexpr (Add) out[j * per + k] += v;
-            else out[j * per + k] = v;
+            if constexpr (Add)
+                out[j * per + k] += v;
+            else
+                out[j * per + k] = v;
         }
     }
     for (std::size_t i = whole * per; i < n; ++i) {
         const float v = t.level[static_cast<unsigned>(bytes[i / per])][i % per] * scale;
-        if constexpr (Add) out[i] += v;
-        else out[i] = v;
+        if constexpr (Add)
+            out[i] += v;
+        else
+            out[i] = v;
     }
 }
 

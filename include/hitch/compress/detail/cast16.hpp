@@ -88,7 +88,8 @@ public:
         const std::span<const float> v = as_floats(in, scratch);
         bool ok = true;
         if constexpr (std::endian::native == std::endian::little) {
-            ok = Format::template to<false>(v.data(), nullptr, nullptr, reinterpret_cast<std::byte*>(out.data()), v.size());
+            ok = Format::template to<false>(v.data(), nullptr, nullptr, reinterpret_cast<std::byte*>(out.data()),
+                                            v.size());
         } else {
             for (std::size_t i = 0; i < v.size(); ++i) {
                 out[i] = typename Format::storage(v[i]);
@@ -119,11 +120,13 @@ private:
                         std::vector<std::byte>& bytes, dtype type) const {
         wire::writer w(bytes, codec_id, type, in.size(), 2 * in.size());
         std::byte* p = w.payload();
-        const auto [finite, crc] = convert_and_checksum(in.size(), 2, p, options_.parallel, [&](std::size_t b, std::size_t e) {
-            return Format::template to<EF>(in.data() + b, EF ? r_in.data() + b : nullptr, EF ? r_out.data() + b : nullptr,
-                                           p + 2 * b, e - b);
-        });
-        if (!finite) throw_non_finite(who, EF ? "the bucket plus its residual (or its conversion)" : not_representable());
+        const auto [finite, crc] =
+            convert_and_checksum(in.size(), 2, p, options_.parallel, [&](std::size_t b, std::size_t e) {
+                return Format::template to<EF>(in.data() + b, EF ? r_in.data() + b : nullptr,
+                                               EF ? r_out.data() + b : nullptr, p + 2 * b, e - b);
+            });
+        if (!finite)
+            throw_non_finite(who, EF ? "the bucket plus its residual (or its conversion)" : not_representable());
         return w.finish_with_payload_crc(2 * in.size(), crc);
     }
 

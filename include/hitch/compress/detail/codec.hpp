@@ -55,8 +55,10 @@ template <class T>
 template <bool Add, class T>
 void store_floats(std::span<const float> v, tensor_view<T> out) {
     for (std::size_t i = 0; i < v.size(); ++i) {
-        if constexpr (Add) out[i] = T(static_cast<float>(out[i]) + v[i]);
-        else out[i] = T(v[i]);
+        if constexpr (Add)
+            out[i] = T(static_cast<float>(out[i]) + v[i]);
+        else
+            out[i] = T(v[i]);
     }
 }
 
@@ -106,8 +108,8 @@ public:
         require_host(g, Derived::who);
         check_state_size(state, g.size());
         if (r_in.size() != g.size() || r_out.size() != g.size())
-            throw config_error(hitch::detail::concat(Derived::who, ": residuals of ", r_in.size(), " and ", r_out.size(),
-                                                     " elements for a bucket of ", g.size()));
+            throw config_error(hitch::detail::concat(Derived::who, ": residuals of ", r_in.size(), " and ",
+                                                     r_out.size(), " elements for a bucket of ", g.size()));
         std::vector<float> scratch;
         return self().encode_ef_floats(as_floats(g, scratch), r_in, r_out, state, bytes,
                                        dtype_of<std::remove_const_t<T>>());

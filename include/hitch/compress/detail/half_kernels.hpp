@@ -38,8 +38,10 @@ template <bool Add>
 inline void from_half_portable(const std::byte* in, float* out, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
         const float v = hitch::detail::half_bits_to_float(wire::load_le<std::uint16_t>(in + 2 * i));
-        if constexpr (Add) out[i] += v;
-        else out[i] = v;
+        if constexpr (Add)
+            out[i] += v;
+        else
+            out[i] = v;
     }
 }
 
@@ -60,8 +62,8 @@ HITCH_COMPRESS_ALWAYS_INLINE float bf16_value(std::uint16_t b) noexcept {
 }
 
 template <bool EF>
-HITCH_COMPRESS_ALWAYS_INLINE bool to_bf16_kernel(const float* in, const float* r_in, float* r_out,
-                                                 std::uint16_t* out, std::size_t n) {
+HITCH_COMPRESS_ALWAYS_INLINE bool to_bf16_kernel(const float* in, const float* r_in, float* r_out, std::uint16_t* out,
+                                                 std::size_t n) {
     std::uint32_t bad = 0;
     for (std::size_t i = 0; i < n; ++i) {
         float v = in[i];
@@ -77,8 +79,10 @@ HITCH_COMPRESS_ALWAYS_INLINE bool to_bf16_kernel(const float* in, const float* r
 template <bool Add>
 HITCH_COMPRESS_ALWAYS_INLINE void from_bf16_kernel(const std::uint16_t* in, float* out, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
-        if constexpr (Add) out[i] += bf16_value(in[i]);
-        else out[i] = bf16_value(in[i]);
+        if constexpr (Add)
+            out[i] += bf16_value(in[i]);
+        else
+            out[i] = bf16_value(in[i]);
     }
 }
 
@@ -117,7 +121,8 @@ HITCH_TARGET_AVX2 inline void from_half_avx2(const std::byte* in, float* out, st
 
 /// float -> bfloat16 (round to nearest even, NaN kept quiet), sixteen elements per step; the same bits as bf16_bits.
 template <bool EF>
-HITCH_TARGET_AVX2 inline bool to_bf16_avx2(const float* in, const float* r_in, float* r_out, std::byte* out, std::size_t n) {
+HITCH_TARGET_AVX2 inline bool to_bf16_avx2(const float* in, const float* r_in, float* r_out, std::byte* out,
+                                           std::size_t n) {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
     const __m256i one = _mm256_set1_epi32(1), half_ulp = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x40);
     const __m256i exp_mask = _mm256_set1_epi32(0x7f80);
@@ -197,8 +202,10 @@ inline void from_bf16(const std::byte* in, float* out, std::size_t n) {
     } else {
         for (std::size_t i = 0; i < n; ++i) {
             const float v = bf16_value(wire::load_le<std::uint16_t>(in + 2 * i));
-            if constexpr (Add) out[i] += v;
-            else out[i] = v;
+            if constexpr (Add)
+                out[i] += v;
+            else
+                out[i] = v;
         }
     }
 }

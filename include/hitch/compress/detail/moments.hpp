@@ -26,7 +26,9 @@ struct group_moments {
 
 inline constexpr std::size_t moment_lanes = 32;
 
-[[nodiscard]] constexpr std::size_t ceil_div_size(std::size_t a, std::size_t b) noexcept { return a / b + (a % b != 0); }
+[[nodiscard]] constexpr std::size_t ceil_div_size(std::size_t a, std::size_t b) noexcept {
+    return a / b + (a % b != 0);
+}
 
 template <bool EF, bool Squares, bool Sum, bool Max = true>
 HITCH_COMPRESS_ALWAYS_INLINE void moments_kernel(const float* g, const float* r, std::size_t n, group_moments& out) {

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "hitch/core/options.hpp"
 #include "hitch/compress/tuning.hpp"
+#include "hitch/core/options.hpp"
 #include "hitch/core/parallel.hpp"
 
 namespace hitch::compress {
@@ -61,10 +61,13 @@ void run_chunks(const chunk_plan& plan, F&& fn) {
         fn(std::size_t{0}, std::size_t{0}, plan.n);
         return;
     }
-    parallel_chunks(plan.count, [&](std::size_t c) {
-        const auto [begin, end] = plan.chunk(c);
-        fn(c, begin, end);
-    }, plan.options);
+    parallel_chunks(
+        plan.count,
+        [&](std::size_t c) {
+            const auto [begin, end] = plan.chunk(c);
+            fn(c, begin, end);
+        },
+        plan.options);
 }
 
 /// Calls fn(begin, end) on chunks of [0, n) whose boundaries are multiples of `align`.

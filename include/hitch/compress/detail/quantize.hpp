@@ -24,42 +24,46 @@ template <bool EF, bool Clip, class Code>
 HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, float* r_out, std::size_t n,
                                            std::size_t begin, const counter_rng& base, const quantizer& q, Code* codes,
                                            [[maybe_unused]] isa tier) {
-    for_rng_blocks(begin, n, base, [&](std::size_t done, std::size_t len, std::uint32_t first, const counter_rng& rng)
-                                       HITCH_COMPRESS_INLINE_LAMBDA {
-        const float* gp = g + done;
-        const float* rp = EF ? r_in + done : r_in;
-        float* op = EF ? r_out + done : r_out;
-        Code* cp = codes + done;
+    for_rng_blocks(begin, n, base,
+                   [&](std::size_t done, std::size_t len, std::uint32_t first, const counter_rng& rng)
+                       HITCH_COMPRESS_INLINE_LAMBDA {
+                           const float* gp = g + done;
+                           const float* rp = EF ? r_in + done : r_in;
+                           float* op = EF ? r_out + done : r_out;
+                           Code* cp = codes + done;
 #if HITCH_COMPRESS_X86
-        if constexpr (sizeof(Code) == 1) {
-            if (tier == isa::avx512) {
-                if (q.levels == 1) quantize_avx512<EF, Clip, true>(gp, rp, op, len, first, rng, q, cp);
-                else quantize_avx512<EF, Clip, false>(gp, rp, op, len, first, rng, q, cp);
-                return;
-            }
-            if (tier == isa::avx2) {
-                quantize_avx2<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
-                return;
-            }
-        }
+                           if constexpr (sizeof(Code) == 1) {
+                               if (tier == isa::avx512) {
+                                   if (q.levels == 1)
+                                       quantize_avx512<EF, Clip, true>(gp, rp, op, len, first, rng, q, cp);
+                                   else
+                                       quantize_avx512<EF, Clip, false>(gp, rp, op, len, first, rng, q, cp);
+                                   return;
+                               }
+                               if (tier == isa::avx2) {
+                                   quantize_avx2<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
+                                   return;
+                               }
+                           }
 #endif
-        quantize_kernel<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
-    });
+                           quantize_kernel<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
+                       });
 }
 
 /// Thins the 2-bit codes of elements [begin, begin + n) of a bucket (begin a multiple of 4, codes at its byte).
 HITCH_COMPRESS_ALWAYS_INLINE void thin(std::byte* codes, std::size_t n, std::size_t begin, const counter_rng& base,
                                        std::uint32_t threshold, [[maybe_unused]] isa tier) {
-    for_rng_blocks(begin, n, base, [&](std::size_t done, std::size_t len, std::uint32_t first, const counter_rng& rng)
-                                       HITCH_COMPRESS_INLINE_LAMBDA {
+    for_rng_blocks(begin, n, base,
+                   [&](std::size_t done, std::size_t len, std::uint32_t first, const counter_rng& rng)
+                       HITCH_COMPRESS_INLINE_LAMBDA {
 #if HITCH_COMPRESS_X86
-        if (tier == isa::avx512) {
-            thin_avx512(codes + done / 4, len, first, rng, threshold);
-            return;
-        }
+                           if (tier == isa::avx512) {
+                               thin_avx512(codes + done / 4, len, first, rng, threshold);
+                               return;
+                           }
 #endif
-        thin_kernel(codes + done / 4, len, first, rng, threshold);
-    });
+                           thin_kernel(codes + done / 4, len, first, rng, threshold);
+                       });
 }
 HITCH_COMPRESS_STRICT_FP_END
 

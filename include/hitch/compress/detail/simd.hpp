@@ -21,8 +21,7 @@
 #define HITCH_TARGET_AVX2 __attribute__((target("avx2,f16c,bmi,bmi2,popcnt")))
 #define HITCH_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt")))
 /// Pieces of an intrinsics kernel, inlined into the kernel that calls them (which has the same target).
-#define HITCH_TARGET_AVX2_INLINE \
-    __attribute__((target("avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline
+#define HITCH_TARGET_AVX2_INLINE __attribute__((target("avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline
 #define HITCH_TARGET_AVX512_INLINE \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline
 #else

@@ -91,8 +91,9 @@ HITCH_TARGET_AVX2 inline std::size_t collect_avx2(const float* v, std::size_t n,
         const __m256 c = _mm256_and_ps(_mm256_loadu_ps(v + i + 16), abs_mask);
         const __m256 d = _mm256_and_ps(_mm256_loadu_ps(v + i + 24), abs_mask);
         // NaN or infinity: "not less than infinity", unordered counts as true.
-        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(a, inf, _CMP_NLT_UQ), _mm256_cmp_ps(b, inf, _CMP_NLT_UQ)),
-                                             _mm256_or_ps(_mm256_cmp_ps(c, inf, _CMP_NLT_UQ), _mm256_cmp_ps(d, inf, _CMP_NLT_UQ))));
+        bad = _mm256_or_ps(
+            bad, _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(a, inf, _CMP_NLT_UQ), _mm256_cmp_ps(b, inf, _CMP_NLT_UQ)),
+                              _mm256_or_ps(_mm256_cmp_ps(c, inf, _CMP_NLT_UQ), _mm256_cmp_ps(d, inf, _CMP_NLT_UQ))));
         const auto ma = static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(a, vt, _CMP_GE_OQ)));
         const auto mb = static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(b, vt, _CMP_GE_OQ)));
         const auto mc = static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(c, vt, _CMP_GE_OQ)));
@@ -115,7 +116,8 @@ HITCH_TARGET_AVX512 inline std::size_t collect_avx512(const float* v, std::size_
         const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(v + i));
         const __m512 b = _mm512_abs_ps(_mm512_loadu_ps(v + i + 16));
         // NaN or infinity: "not less than infinity", unordered counts as true.
-        bad = static_cast<__mmask16>(bad | _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(b, inf, _CMP_NLT_UQ));
+        bad = static_cast<__mmask16>(bad | _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ) |
+                                     _mm512_cmp_ps_mask(b, inf, _CMP_NLT_UQ));
         const std::uint32_t mask = static_cast<std::uint32_t>(_mm512_cmp_ps_mask(a, vt, _CMP_GE_OQ)) |
                                    static_cast<std::uint32_t>(_mm512_cmp_ps_mask(b, vt, _CMP_GE_OQ)) << 16;
         if (mask != 0) count += append_selected(mask, v, i, out, cap);
@@ -133,8 +135,8 @@ inline std::size_t collect_at_least(const float* v, std::size_t n, float t, spar
 #if HITCH_COMPRESS_X86
     if (use_wide()) {
         const std::size_t body = n - n % 32;
-        const std::size_t count = use_avx512() ? collect_avx512(v, body, t, out, cap, finite)
-                                               : collect_avx2(v, body, t, out, cap, finite);
+        const std::size_t count =
+            use_avx512() ? collect_avx512(v, body, t, out, cap, finite) : collect_avx2(v, body, t, out, cap, finite);
         const std::size_t stored = out.size();
         const std::size_t tail = collect_portable(v + body, n - body, t, out, cap, finite);
         for (std::size_t j = stored; j < out.size(); ++j) out.index[j] += body;
@@ -148,8 +150,8 @@ HITCH_COMPRESS_STRICT_FP_END
 
 /// collect_at_least over chunks of the bucket on the thread pool, the chunks' selections joined in order (the same
 /// selection as one thread's; no cap).
-inline std::size_t collect_at_least_parallel(const float* v, std::size_t n, float t, sparse_selection& out, bool& finite,
-                                             const parallelism& how) {
+inline std::size_t collect_at_least_parallel(const float* v, std::size_t n, float t, sparse_selection& out,
+                                             bool& finite, const parallelism& how) {
     const chunk_plan plan = plan_chunks(n, 4096, how);
     if (plan.count == 1) return collect_at_least(v, n, t, out, finite);
     std::vector<sparse_selection> parts(plan.count);
@@ -225,7 +227,7 @@ inline void keep_top(sparse_selection& sel, std::size_t k, std::vector<float>& s
 }
 
 struct sampling {
-    double fraction = tuning::topk_sample_fraction;     // of the bucket sampled
+    double fraction = tuning::topk_sample_fraction;    // of the bucket sampled
     std::size_t min_sample = tuning::topk_min_sample;  // never fewer
     int attempts = tuning::topk_sample_attempts;       // passes before exact selection takes over
 };
@@ -269,8 +271,10 @@ struct sampling {
             return true;
         }
         // Too few: lower the threshold (a higher rank); too many: scale the rank to aim at 1.5 k.
-        if (count < k) rank = std::max(rank * 2.0, rank + 2.0 * std::sqrt(expected) + 4.0);
-        else rank = std::max(1.0, std::floor(rank * 1.5 * static_cast<double>(k) / static_cast<double>(count)));
+        if (count < k)
+            rank = std::max(rank * 2.0, rank + 2.0 * std::sqrt(expected) + 4.0);
+        else
+            rank = std::max(1.0, std::floor(rank * 1.5 * static_cast<double>(k) / static_cast<double>(count)));
     }
     if (passes != nullptr) *passes = 0;
     return topk_exact(v, n, k, out, scratch);
@@ -307,7 +311,8 @@ inline std::size_t write_sparse(std::byte* at, const sparse_selection& sel) {
 
 /// Parses and validates a sparse payload for a bucket of n elements: k <= n, finite values, strictly increasing
 /// indices below n, nothing left over. Fills `sel`; nothing is written to any bucket until all of it checked out.
-inline void read_sparse(std::span<const std::byte> payload, std::size_t n, std::string_view who, sparse_selection& sel) {
+inline void read_sparse(std::span<const std::byte> payload, std::size_t n, std::string_view who,
+                        sparse_selection& sel) {
     wire::reader r(payload, who);
     const std::uint64_t k = r.count("selected count", n);
     const auto values = r.take(4 * k, "values");

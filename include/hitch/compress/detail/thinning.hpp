@@ -25,7 +25,8 @@ HITCH_COMPRESS_ALWAYS_INLINE void thin_kernel(std::byte* codes, std::size_t n, s
         if (word == 0) continue;
         std::uint32_t keep = 0;
         for (std::uint32_t j = 0; j < 16; ++j)
-            keep |= static_cast<std::uint32_t>((rng.bits(first + static_cast<std::uint32_t>(i) + j) >> 9) < threshold) << j;
+            keep |= static_cast<std::uint32_t>((rng.bits(first + static_cast<std::uint32_t>(i) + j) >> 9) < threshold)
+                    << j;
         std::uint32_t mask = 0;
         for (std::uint32_t j = 0; j < 16; ++j) mask |= ((keep >> j) & 1u) * (3u << (2 * j));
         word &= mask;

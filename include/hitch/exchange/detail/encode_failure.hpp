@@ -59,9 +59,9 @@ void settle(const Codec& codec, typename Codec::state& state, std::span<const st
     } else {
         std::rethrow_exception(error);
     }
-    const std::string text = hitch::detail::concat(aggregate_who, ": rank(s) ", failed, " could not encode their bucket",
-                                                   non_finite ? " (NaN or an infinity)" : "",
-                                                   "; every rank stops here and no state changed");
+    const std::string text = hitch::detail::concat(
+        aggregate_who, ": rank(s) ", failed, " could not encode their bucket",
+        non_finite ? " (NaN or an infinity)" : "", "; every rank stops here and no state changed");
     if (non_finite) throw non_finite_error(text);
     throw hitch::error(text);
 }

@@ -16,8 +16,7 @@ using hitch::detail::concat;
 
 /// The layer's views agree with each other and live on the host, every state buffer has the layer's size, and the
 /// learning rate is finite and not negative.
-inline void check_step(std::string_view who, const layer& l, std::initializer_list<std::size_t> state_sizes,
-                       float lr) {
+inline void check_step(std::string_view who, const layer& l, std::initializer_list<std::size_t> state_sizes, float lr) {
     check_layer(l, memory_space::host, who);
     std::size_t k = 0;
     for (std::size_t s : state_sizes) {
@@ -28,13 +27,11 @@ inline void check_step(std::string_view who, const layer& l, std::initializer_li
         ++k;
     }
     if (!(lr >= 0.0f) || !std::isfinite(lr))
-        throw config_error(concat(who, ": learning rate ", lr, " for layer '", l.name,
-                                  "' is outside the allowed range [0, inf)"));
+        throw config_error(
+            concat(who, ": learning rate ", lr, " for layer '", l.name, "' is outside the allowed range [0, inf)"));
 }
 
 /// x^t in double, for bias corrections (t counts from 1).
-[[nodiscard]] inline double power(double x, std::uint64_t t) noexcept {
-    return std::pow(x, static_cast<double>(t));
-}
+[[nodiscard]] inline double power(double x, std::uint64_t t) noexcept { return std::pow(x, static_cast<double>(t)); }
 
 }  // namespace hitch::optim::detail

@@ -50,13 +50,16 @@ inline void accumulate_squares(const float* x, std::size_t begin, std::size_t en
     std::vector<double> block_sum(blocks, 0.0);
     parallel_options o = options;
     o.align = norm_block;
-    parallel_for(n, [&](std::size_t begin, std::size_t end) {
-        for (std::size_t b = begin; b < end; b += norm_block) {
-            std::array<double, norm_lanes> lane{};
-            accumulate_squares(x, b, std::min(end, b + norm_block), lane);
-            block_sum[b / norm_block] = combine_lanes(lane);
-        }
-    }, o);
+    parallel_for(
+        n,
+        [&](std::size_t begin, std::size_t end) {
+            for (std::size_t b = begin; b < end; b += norm_block) {
+                std::array<double, norm_lanes> lane{};
+                accumulate_squares(x, b, std::min(end, b + norm_block), lane);
+                block_sum[b / norm_block] = combine_lanes(lane);
+            }
+        },
+        o);
     double total = 0.0;
     for (double s : block_sum) total += s;
     return total;

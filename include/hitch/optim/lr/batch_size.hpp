@@ -44,8 +44,8 @@ public:
             for (std::size_t i = 0; i < milestones.size(); ++i) {
                 v.at_least("milestones[" + std::to_string(i) + "]", milestones[i], std::uint64_t{1});
                 if (i > 0)
-                    v.require(milestones[i] > milestones[i - 1], "milestones[" + std::to_string(i) + "]",
-                              milestones[i], "(milestones[i-1], inf): milestones must increase");
+                    v.require(milestones[i] > milestones[i - 1], "milestones[" + std::to_string(i) + "]", milestones[i],
+                              "(milestones[i-1], inf): milestones must increase");
             }
         }
     };

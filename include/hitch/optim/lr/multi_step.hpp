@@ -27,8 +27,8 @@ public:
             for (std::size_t i = 0; i < milestones.size(); ++i) {
                 v.positive("milestones[" + std::to_string(i) + "]", milestones[i]);
                 if (i > 0)
-                    v.require(milestones[i] > milestones[i - 1], "milestones[" + std::to_string(i) + "]",
-                              milestones[i], "(milestones[i-1], inf): milestones must increase");
+                    v.require(milestones[i] > milestones[i - 1], "milestones[" + std::to_string(i) + "]", milestones[i],
+                              "(milestones[i-1], inf): milestones must increase");
             }
         }
     };

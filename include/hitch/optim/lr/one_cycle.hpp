@@ -75,8 +75,8 @@ public:
         const double a = o_.warm_fraction * t - 1.0;
         const double b = o_.three_phase ? 2.0 * o_.warm_fraction * t - 2.0 : t - 1.0;
         if (!(a > 0.0) || !(b > a) || !(t - 1.0 > (o_.three_phase ? b : a)))
-            throw config_error(detail::concat("hitch::lr::one_cycle: ", total, " steps (total_epochs = ",
-                                              o_.total_epochs, " at ", steps_per_epoch,
+            throw config_error(detail::concat("hitch::lr::one_cycle: ", total,
+                                              " steps (total_epochs = ", o_.total_epochs, " at ", steps_per_epoch,
                                               " steps per epoch) leave a phase of the cycle empty; use more steps"));
         return total;
     }

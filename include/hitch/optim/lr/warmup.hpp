@@ -59,5 +59,4 @@ private:
     options_type o_;
 };
 
-
 }  // namespace hitch::lr

@@ -22,7 +22,8 @@ inline constexpr std::string_view state_magic = "HSYN";
 inline constexpr std::uint32_t state_version = 2;
 inline constexpr std::uint32_t max_policy_name = 256;
 
-inline void save_counters(std::vector<std::byte>& blob, std::string_view policy, std::span<const std::uint64_t> values) {
+inline void save_counters(std::vector<std::byte>& blob, std::string_view policy,
+                          std::span<const std::uint64_t> values) {
     frame_writer f(blob, state_magic, state_version);
     f.payload().text(policy).put(static_cast<std::uint32_t>(values.size())).values(values);
     f.finish();
@@ -43,7 +44,8 @@ inline void load_counters(std::span<const std::byte> blob, std::string_view poli
     byte_reader r(payload, who, "corrupt");
     const std::string saved = r.text(max_policy_name, "the policy name");
     if (saved != policy)
-        throw mismatch_error(hitch::detail::concat("hitch::sync::", policy, ": the saved state is of policy '", saved, "'"));
+        throw mismatch_error(
+            hitch::detail::concat("hitch::sync::", policy, ": the saved state is of policy '", saved, "'"));
     const auto count = r.get<std::uint32_t>("the counter count");
     if (count != values.size())
         r.fail(hitch::detail::concat(count, " counters where policy '", policy, "' has ", values.size()));

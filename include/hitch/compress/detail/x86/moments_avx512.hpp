@@ -45,10 +45,11 @@ HITCH_TARGET_AVX512 inline double sum_squares_avx512(const float* g, const float
             a1 = _mm512_add_ps(a1, _mm512_mul_ps(v1, v1));
         }
         // Lanes j and j + 16, then j and j + 8, j + 4, j + 2, j + 1: moments_kernel's tree.
-        const __m512d e0 = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a0)),
-                                         _mm512_cvtps_pd(_mm512_castps512_ps256(a1)));
-        const __m512d e1 = _mm512_add_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a0), 1))),
-                                         _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a1), 1))));
+        const __m512d e0 =
+            _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a0)), _mm512_cvtps_pd(_mm512_castps512_ps256(a1)));
+        const __m512d e1 =
+            _mm512_add_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a0), 1))),
+                          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a1), 1))));
         const __m512d f = _mm512_add_pd(e0, e1);
         const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(f), _mm512_extractf64x4_pd(f, 1));
         const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));

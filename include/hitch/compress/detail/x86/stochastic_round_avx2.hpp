@@ -21,8 +21,8 @@ struct quantize_avx2_constants {
 
 /// Codes of elements [i, i + 8) as 32-bit lanes (and, with EF, their residuals).
 template <bool EF, bool Clip>
-HITCH_TARGET_AVX2_INLINE __m256i quantize8_avx2(
-    const quantize_avx2_constants& k, const float* g, const float* r_in, float* r_out, std::uint32_t index) {
+HITCH_TARGET_AVX2_INLINE __m256i quantize8_avx2(const quantize_avx2_constants& k, const float* g, const float* r_in,
+                                                float* r_out, std::uint32_t index) {
     __m256 v = _mm256_loadu_ps(g);
     if constexpr (EF) v = _mm256_add_ps(v, _mm256_loadu_ps(r_in));
     __m256 a = _mm256_and_ps(v, k.abs_mask);

@@ -27,8 +27,8 @@ struct quantize_avx512_constants {
 /// computation of quantize_kernel, with the random bits of mix16_avx512 (the last xor-shift folded into the
 /// mantissa extraction); the bits are those of counter_rng::bits.
 template <bool EF, bool Clip>
-HITCH_TARGET_AVX512_INLINE __m512i
-quantize16_avx512(const quantize_avx512_constants& k, const float* g, const float* r_in, float* r_out, __m512i counter) {
+HITCH_TARGET_AVX512_INLINE __m512i quantize16_avx512(const quantize_avx512_constants& k, const float* g,
+                                                     const float* r_in, float* r_out, __m512i counter) {
     __m512 v = _mm512_loadu_ps(g);
     if constexpr (EF) v = _mm512_add_ps(v, _mm512_loadu_ps(r_in));
     __m512 a = _mm512_and_ps(v, k.abs_mask);
@@ -53,16 +53,16 @@ quantize16_avx512(const quantize_avx512_constants& k, const float* g, const floa
 /// quantize16_avx512 for s = 1 (TernGrad, QSGD with one level): y + f lies in [1, 3), so the level,
 /// min(floor(y + f) - 1, 1), is 1 exactly when y + f >= 2, and y needs no clamp to s (above 1 it still gives 1).
 template <bool EF, bool Clip>
-HITCH_TARGET_AVX512_INLINE __m512i
-quantize16_avx512_binary(const quantize_avx512_constants& k, const float* g, const float* r_in, float* r_out,
-                         __m512i counter) {
+HITCH_TARGET_AVX512_INLINE __m512i quantize16_avx512_binary(const quantize_avx512_constants& k, const float* g,
+                                                            const float* r_in, float* r_out, __m512i counter) {
     __m512 v = _mm512_loadu_ps(g);
     if constexpr (EF) v = _mm512_add_ps(v, _mm512_loadu_ps(r_in));
     __m512 a = _mm512_and_ps(v, k.abs_mask);
     if constexpr (Clip) a = _mm512_min_ps(a, k.clip);
     const __m512 y = _mm512_mul_ps(a, k.to_levels);
     const __m512i x = mix16_avx512(counter, k.key, k.m1, k.m2);
-    const __m512i mantissa = _mm512_ternarylogic_epi32(_mm512_srli_epi32(x, 9), _mm512_srli_epi32(x, 25), k.one_exp, 0xbe);
+    const __m512i mantissa =
+        _mm512_ternarylogic_epi32(_mm512_srli_epi32(x, 9), _mm512_srli_epi32(x, 25), k.one_exp, 0xbe);
     const __mmask16 sent = _mm512_cmp_ps_mask(_mm512_add_ps(y, _mm512_castsi512_ps(mantissa)), k.two, _CMP_GE_OQ);
     const __m512i bits = _mm512_castps_si512(v);
     if constexpr (EF) {
@@ -75,17 +75,19 @@ quantize16_avx512_binary(const quantize_avx512_constants& k, const float* g, con
 }
 
 template <bool EF, bool Clip, bool Binary>
-HITCH_TARGET_AVX512_INLINE __m512i
-quantize16_avx512_any(const quantize_avx512_constants& k, const float* g, const float* r_in, float* r_out,
-                      __m512i counter) {
-    if constexpr (Binary) return quantize16_avx512_binary<EF, Clip>(k, g, r_in, r_out, counter);
-    else return quantize16_avx512<EF, Clip>(k, g, r_in, r_out, counter);
+HITCH_TARGET_AVX512_INLINE __m512i quantize16_avx512_any(const quantize_avx512_constants& k, const float* g,
+                                                         const float* r_in, float* r_out, __m512i counter) {
+    if constexpr (Binary)
+        return quantize16_avx512_binary<EF, Clip>(k, g, r_in, r_out, counter);
+    else
+        return quantize16_avx512<EF, Clip>(k, g, r_in, r_out, counter);
 }
 
 /// The same computation as quantize_kernel, 64 elements per step (four vectors packed to bytes together).
 template <bool EF, bool Clip, bool Binary>
 HITCH_TARGET_AVX512 inline void quantize_avx512(const float* g, const float* r_in, float* r_out, std::size_t n,
-                                                std::uint32_t first, counter_rng rng, quantizer q, std::uint8_t* codes) {
+                                                std::uint32_t first, counter_rng rng, quantizer q,
+                                                std::uint8_t* codes) {
     const std::uint32_t k0 = rng.key0();
     const quantize_avx512_constants k{_mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)),
                                       _mm512_set1_ps(q.clip),

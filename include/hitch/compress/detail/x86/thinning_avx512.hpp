@@ -17,8 +17,8 @@ HITCH_COMPRESS_STRICT_FP_BEGIN
 #if HITCH_COMPRESS_X86
 HITCH_COMPRESS_AVX512_WARNINGS_BEGIN
 /// The keep mask of 16 elements at `counter`: (bits(i) >> 9) < threshold, the hash folded as in quantize16_avx512.
-HITCH_TARGET_AVX512_INLINE __mmask16
-keep16_avx512(__m512i counter, __m512i key, __m512i m1, __m512i m2, __m512i limit) {
+HITCH_TARGET_AVX512_INLINE __mmask16 keep16_avx512(__m512i counter, __m512i key, __m512i m1, __m512i m2,
+                                                   __m512i limit) {
     const __m512i x = mix16_avx512(counter, key, m1, m2);
     return _mm512_cmplt_epu32_mask(_mm512_xor_si512(_mm512_srli_epi32(x, 9), _mm512_srli_epi32(x, 25)), limit);
 }
