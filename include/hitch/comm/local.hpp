@@ -5,6 +5,9 @@
 // receiver's, when both sides have arrived.
 //
 //   hitch::comm::run_local(4, [](hitch::comm::local& comm) { ... });   // runs on 4 threads, rethrows the first error
+//
+// Past 500 lines on purpose: the mailboxes, the matching and the communicator share one lock discipline, and
+// splitting them would put the halves of each critical section in different files.
 
 #include <algorithm>
 #include <atomic>

@@ -1,5 +1,6 @@
 #pragma once
-// hitch::comm::mpi: the communicator interface over MPI. The only hitch header that includes <mpi.h>.
+// hitch::comm::mpi: the communicator interface over MPI. The only hitch header that includes <mpi.h>, which is
+// why it is past 500 lines: everything that calls MPI (requests, probes, splits, node memory) lives here.
 //
 // The user's communicator is duplicated at construction, so hitch's traffic never mixes with the user's; errors
 // are returned (MPI_ERRORS_RETURN), not fatal, and become comm_error with MPI's error string. Blocking calls poll

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "hitch/compress/detail/codec.hpp"
+#include "hitch/compress/detail/low_rank_kernels.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/detail/simd.hpp"
 #include "hitch/compress/wire.hpp"
@@ -58,40 +59,6 @@ struct powersgd_options {
             .closed("min_compression_rate", min_compression_rate, 1.0, 1e9);
     }
 };
-
-namespace detail {
-
-HITCH_COMPRESS_STRICT_FP_BEGIN
-
-/// out[c] = dot(row, qt[c]) for c < r (qt: r vectors of length `stride`, the first len entries used).
-HITCH_COMPRESS_ALWAYS_INLINE float dot_kernel(const float* a, const float* b, std::size_t len) {
-    float lanes[8] = {};
-    std::size_t j = 0;
-    for (; j + 8 <= len; j += 8)
-        for (std::size_t l = 0; l < 8; ++l) {
-            const float product = a[j + l] * b[j + l];
-            lanes[l] += product;
-        }
-    float tail = 0.0f;
-    for (; j < len; ++j) {
-        const float product = a[j] * b[j];
-        tail += product;
-    }
-    float sum = 0.0f;
-    for (float x : lanes) sum += x;
-    return sum + tail;
-}
-
-HITCH_COMPRESS_ALWAYS_INLINE void axpy_kernel(float alpha, const float* x, float* y, std::size_t len) {
-    for (std::size_t j = 0; j < len; ++j) {
-        const float product = alpha * x[j];
-        y[j] += product;
-    }
-}
-
-HITCH_COMPRESS_STRICT_FP_END
-
-}  // namespace detail
 
 /// Rank-r PowerSGD with warm start and error feedback; layers too small to gain are sent uncompressed.
 class powersgd {
@@ -202,7 +169,7 @@ public:
         }
     }
 
-    /// From the summed P: P <- orthogonalise(P) per compressed layer; writes this rank's Q = M^T P into q.
+    /// From the summed P: P <- detail::orthogonalise(P) per compressed layer; writes this rank's Q = M^T P into q.
     void compute_q(std::span<const float> p_sum, state& s, std::span<float> q) const {
         const std::size_t r = options_.rank;
         s.p_hat.resize(s.p_total);
@@ -211,7 +178,7 @@ public:
             if (!L.compressed) continue;
             float* ph = s.p_hat.data() + L.p_offset;
             std::copy(p_sum.data() + L.p_offset, p_sum.data() + L.p_offset + r * L.rows, ph);
-            orthogonalise(ph, L.rows, r);
+            detail::orthogonalise(ph, L.rows, r);
             float* qt = s.q_local.data() + L.q_offset;
             std::fill(qt, qt + r * L.cols, 0.0f);
             const float* m = s.m.data() + L.offset;
@@ -369,37 +336,6 @@ private:
             detail::xoshiro256ss rng(detail::draw_key(options_.seed, li, draw));
             for (std::size_t k = 0; k < options_.rank * L.cols; ++k)
                 s.q[L.q_offset + k] = static_cast<float>(rng.normal());
-        }
-    }
-
-    /// Modified Gram-Schmidt on r columns of length rows (dot products in double), each column orthogonalised twice
-    /// ("twice is enough": one pass loses orthogonality when a column is nearly dependent on the earlier ones). A
-    /// column left with less than 1e-4 of its length is dependent (M has rank below r there) and becomes 0, which
-    /// drops it from P Q^T instead of adding a direction made of rounding noise.
-    static void orthogonalise(float* p, std::size_t rows, std::size_t r) {
-        const auto norm_of = [rows](const float* col) {
-            double norm2 = 0.0;
-            for (std::size_t i = 0; i < rows; ++i) norm2 += static_cast<double>(col[i]) * col[i];
-            return std::sqrt(norm2);
-        };
-        for (std::size_t c = 0; c < r; ++c) {
-            float* col = p + c * rows;
-            const double before = norm_of(col);
-            for (int pass = 0; pass < 2; ++pass)
-                for (std::size_t d = 0; d < c; ++d) {
-                    const float* prev = p + d * rows;
-                    double dot = 0.0;
-                    for (std::size_t i = 0; i < rows; ++i) dot += static_cast<double>(prev[i]) * col[i];
-                    const auto f = static_cast<float>(dot);
-                    for (std::size_t i = 0; i < rows; ++i) col[i] -= f * prev[i];
-                }
-            const double norm = norm_of(col);
-            if (norm > 1e-30 && norm > 1e-4 * before) {
-                const auto inv = static_cast<float>(1.0 / norm);
-                for (std::size_t i = 0; i < rows; ++i) col[i] *= inv;
-            } else {
-                std::fill(col, col + rows, 0.0f);
-            }
         }
     }
 

@@ -11,7 +11,7 @@
 //   dp_t dp(comm, device, layers, opts);
 //   for (...) { forward(); backward([&](std::size_t i) { dp.gradient_ready(i); }); dp.step(loss); }
 //
-// One step, as data flows (docs/design.md's floors, from the bottom up):
+// One step, as data flows:
 //   gradients, layer by layer -> unscale (loss scaler) and check finiteness, on this rank
 //     -> fusion buckets (a fixed plan, as DDP's reducer; bucket k starts only after buckets < k)
 //     -> compressor encode (per-bucket state: residuals, momentum ...) -> all-reduce or all-gather -> decode
@@ -22,8 +22,7 @@
 //
 // The constructor checks that every rank has the same layers (count, names, sizes, element types) and throws
 // mismatch_error naming the ranks and layers that differ. A layer that never got gradient_ready in a step where
-// others did is config_error naming it, at step(). Checkpoints (save/load) hold everything needed to resume
-// exactly; see hitch/train/checkpoint.hpp for the file.
+// others did is config_error naming it, at step(). Checkpoints (save/load) resume exactly (train/checkpoint.hpp).
 
 #include <algorithm>
 #include <atomic>
@@ -62,6 +61,7 @@
 #include "hitch/train/bucket_pipeline.hpp"
 #include "hitch/train/checkpoint.hpp"
 #include "hitch/train/engine_checkpoint.hpp"
+#include "hitch/train/engine_interface.hpp"
 #include "hitch/train/gradient_exchange.hpp"
 #include "hitch/train/layer_agreement.hpp"
 #include "hitch/train/master_weights.hpp"
@@ -74,26 +74,6 @@ namespace hitch {
 namespace train::detail {
 
 using hitch::detail::concat;
-
-/// The interface data_parallel forwards to; one engine per (communicator, device, parameter type).
-class engine_base {
-public:
-    virtual ~engine_base() = default;
-    virtual void gradient_ready(std::size_t layer) = 0;
-    virtual step_metrics step(std::optional<double> loss) = 0;
-    virtual void save(const std::filesystem::path& prefix,
-                      const std::vector<std::pair<std::string, std::vector<std::byte>>>& extra) = 0;
-    virtual checkpoint_reader load(const std::filesystem::path& prefix) = 0;
-    [[nodiscard]] virtual double learning_rate() const = 0;
-    [[nodiscard]] virtual float loss_scale() const = 0;
-    [[nodiscard]] virtual std::uint64_t step_index() const = 0;
-    [[nodiscard]] virtual std::uint64_t staleness() const = 0;
-    [[nodiscard]] virtual int rank() const = 0;
-    [[nodiscard]] virtual int size() const = 0;
-    [[nodiscard]] virtual std::uint64_t parameter_hash() const = 0;
-    [[nodiscard]] virtual std::size_t bucket_count() const = 0;
-    [[nodiscard]] virtual std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const = 0;
-};
 
 template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
 class engine final : public engine_base {

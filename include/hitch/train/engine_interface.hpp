@@ -1,0 +1,38 @@
+#pragma once
+// The interface the public data_parallel forwards to: one engine per (communicator, device, parameter type), so
+// those stay constructor arguments instead of template arguments of data_parallel.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hitch/train/checkpoint.hpp"
+#include "hitch/train/metrics.hpp"
+
+namespace hitch::train::detail {
+
+/// The interface data_parallel forwards to; one engine per (communicator, device, parameter type).
+class engine_base {
+public:
+    virtual ~engine_base() = default;
+    virtual void gradient_ready(std::size_t layer) = 0;
+    virtual step_metrics step(std::optional<double> loss) = 0;
+    virtual void save(const std::filesystem::path& prefix,
+                      const std::vector<std::pair<std::string, std::vector<std::byte>>>& extra) = 0;
+    virtual checkpoint_reader load(const std::filesystem::path& prefix) = 0;
+    [[nodiscard]] virtual double learning_rate() const = 0;
+    [[nodiscard]] virtual float loss_scale() const = 0;
+    [[nodiscard]] virtual std::uint64_t step_index() const = 0;
+    [[nodiscard]] virtual std::uint64_t staleness() const = 0;
+    [[nodiscard]] virtual int rank() const = 0;
+    [[nodiscard]] virtual int size() const = 0;
+    [[nodiscard]] virtual std::uint64_t parameter_hash() const = 0;
+    [[nodiscard]] virtual std::size_t bucket_count() const = 0;
+    [[nodiscard]] virtual std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const = 0;
+};
+
+}  // namespace hitch::train::detail
