@@ -49,7 +49,7 @@ TEST_CASE("automatic calibrates outside the caller's deadline: 5 ranks, a 1 s de
     // Measuring every probe takes 2.8 s at 5 ranks over comm::local on a 2-core host (6.1 s over comm::mpi):
     // inside the caller's deadline the first call failed with a timeout_error. The budget here is large enough
     // for every probe, the deadline far shorter than they take.
-    automatic::options o;
+    automatic::options_type o;
     o.calibration_budget_s = 600;
     const automatic a(o);
     const auto measured = run_local(5, [&](local& c) {
@@ -88,7 +88,7 @@ TEST_CASE("automatic's default budget keeps the first call inside a 5 s deadline
 TEST_CASE("a calibration budget too small still gives a valid choice, the same on every rank",
           "[allreduce][automatic]") {
     for (const double budget : {0.0, 1e-6}) {
-        automatic::options o;
+        automatic::options_type o;
         o.calibration_budget_s = budget;
         const automatic a(o);
         struct outcome {
@@ -123,7 +123,7 @@ TEST_CASE("a calibration budget too small still gives a valid choice, the same o
 }
 
 TEST_CASE("automatic's calibration options are validated", "[allreduce][automatic]") {
-    automatic::options o;
+    automatic::options_type o;
     o.calibration_budget_s = -1;
     CHECK_THROWS_AS(automatic(o), hitch::config_error);
     o = {};
@@ -233,7 +233,7 @@ TEST_CASE("automatic's decisions survive save_state and load_state: the same cho
 
 TEST_CASE("a damaged automatic state is refused with corrupt_message_error and changes nothing",
           "[allreduce][automatic]") {
-    automatic::options o;
+    automatic::options_type o;
     o.constants = cost_constants{2e-6, 3e-10, 4e-10, -1, -1};
     automatic source(o);
     // A state with constants and a profile, made without a group: load, then save, a hand-built one.

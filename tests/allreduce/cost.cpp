@@ -173,7 +173,7 @@ TEST_CASE("automatic follows the model: recursive doubling for small buffers, ba
 TEST_CASE("automatic times larger probes once a call outgrows the first ones, the same on every rank",
           "[allreduce][cost][automatic]") {
     using hitch::allreduce::automatic_profile;
-    automatic::options o;
+    automatic::options_type o;
     o.calibration_budget_s = 600;  // every probe, however loaded the host
     const automatic a(o);
     const auto profiles = run_local(2, [&](local& c) {
