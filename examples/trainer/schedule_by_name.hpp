@@ -90,7 +90,7 @@ public:
             [&](const auto& s) {
                 if constexpr (requires { s.run(t, data, op); }) {
                     s.run(t, data, op);
-                    if (t.size() > 1) record(ran(s, t, data.size_bytes()));
+                    if (const auto used = ran(s, t, data.size_bytes()); t.size() > 1 && !used.empty()) record(used);
                 } else {
                     throw std::invalid_argument(std::string(native_needs_mpi));
                 }
@@ -104,8 +104,7 @@ private:
     template <class S, class C>
     static std::string_view ran(const S& s, hitch::allreduce::transport<C>& t, std::size_t n_bytes) {
         if constexpr (std::is_same_v<S, hitch::allreduce::automatic>) {
-            const auto profile = s.profile_for(t);
-            return s.choose(t.size(), n_bytes, s.constants_for(t), profile.get());
+            return s.chosen(t, n_bytes);
         } else {
             return S::name;
         }

@@ -17,7 +17,7 @@
 #include "data/sampler.hpp"
 #include "hitch/allreduce/allreduce.hpp"
 #include "hitch/comm/agree.hpp"
-#include "hitch/compress/aggregate.hpp"
+#include "hitch/exchange/aggregate.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/lr.hpp"
 #include "hitch/train/data_parallel.hpp"

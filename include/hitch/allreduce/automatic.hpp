@@ -190,6 +190,14 @@ public:
         record_->pending.store(true, std::memory_order_release);
     }
 
+    /// The schedule a call of n_bytes on t takes, asked after such a call (so nothing is measured); empty when no
+    /// such call was made yet. For reports of what carried the data.
+    template <communicator C>
+    [[nodiscard]] std::string_view chosen(transport<C>& t, std::size_t n_bytes) const {
+        const int pick = remembered_pick(t, n_bytes);
+        return pick < 0 ? std::string_view{} : candidate_names[static_cast<std::size_t>(pick)];
+    }
+
 private:
     using memo_type = detail::decision_memo<options_type>;
 
