@@ -131,8 +131,8 @@ TEST_CASE("automatic's calibration options are validated", "[allreduce][automati
     CHECK_THROWS_AS(automatic(o), hitch::config_error);
     o.calibration_timeout_s = std::numeric_limits<double>::infinity();
     CHECK_THROWS_AS(automatic(o), hitch::config_error);
-    CHECK(automatic().settings().calibration_budget_s == tuning::calibration_budget_s);
-    CHECK(automatic().settings().calibration_timeout_s == tuning::calibration_timeout_s);
+    CHECK(automatic().options().calibration_budget_s == tuning::calibration_budget_s);
+    CHECK(automatic().options().calibration_timeout_s == tuning::calibration_timeout_s);
 }
 
 TEST_CASE("ranks agree on measurements and choices even when each measured differently", "[allreduce][automatic]") {
