@@ -257,17 +257,17 @@ TEST_CASE("a damaged automatic state is refused with corrupt_message_error and c
     CHECK(load_error(a, cut) == "hitch::allreduce::automatic::load_state: truncated: " + std::to_string(cut.size()) +
                                     " of " + std::to_string(blob.size()) + " bytes");
     CHECK(load_error(a, std::vector<std::byte>(blob.begin(), blob.begin() + 10)) ==
-          "hitch::allreduce::automatic::load_state: truncated: 10 of at least 24 bytes");
+          "hitch::allreduce::automatic::load_state: truncated: 10 bytes, shorter than the 24-byte header");
     std::vector<std::byte> flipped = blob;
     flipped[blob.size() - 3] ^= std::byte{0x40};
-    CHECK(load_error(a, flipped) == "hitch::allreduce::automatic::load_state: damaged: checksum mismatch");
+    CHECK(load_error(a, flipped).find("hitch::allreduce::automatic::load_state: corrupt (checksum)") == 0);
     std::vector<std::byte> foreign = blob;
     foreign[0] = std::byte{'X'};
-    CHECK(load_error(a, foreign).find("not an automatic state (magic 0x") != std::string::npos);
+    CHECK(load_error(a, foreign).find("not a hitch automatic state (magic \"XAUT\"") != std::string::npos);
     std::vector<std::byte> newer = blob;
     newer[8] = std::byte{9};
     CHECK(load_error(a, newer) ==
-          "hitch::allreduce::automatic::load_state: written by a newer hitch (format 9, this build reads 1-1)");
+          "hitch::allreduce::automatic::load_state: written by a newer hitch (format 9, this build reads 1)");
     std::vector<std::byte> longer = blob;
     longer.push_back(std::byte{0});
     CHECK(!load_error(a, longer).empty());

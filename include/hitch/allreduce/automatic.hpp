@@ -151,19 +151,12 @@ public:
         calibrate_and_run(t, data, op);
     }
 
-    /// Where a group keeps the choices automatic made on it, and the measured profile (group::set_constants()
-    /// drops both).
-    static constexpr std::string_view decisions_key = "automatic/decisions";
-    static constexpr std::string_view profile_key = "automatic/profile";
-
     /// The profile measured on a communicator (group::state()), or null before the first automatic call or
     /// after group::set_constants().
     template <communicator C>
     [[nodiscard]] static std::shared_ptr<automatic_profile> measured_profile(shared_state<C>& state) {
         std::lock_guard lock(state.m);
-        auto it = state.cache.find(profile_key);
-        if (it == state.cache.end()) return nullptr;
-        return std::static_pointer_cast<automatic_profile>(it->second);
+        return state.slots.find(detail::automatic_profile_slot);
     }
 
     /// Writes what this automatic (and its copies) decided, or what load_state() gave it, as a versioned,
@@ -214,6 +207,7 @@ private:
         if (record_->pending.load(std::memory_order_acquire)) install_loaded(state);
         cost_constants k;
         std::shared_ptr<automatic_profile> profile;
+        std::shared_ptr<automatic_profile> measured;  // the group's profile, when these options use one
         {
             std::lock_guard lock(state.m);
             if (options_.constants) {
@@ -221,20 +215,15 @@ private:
             } else {
                 if (!state.constants) return -1;
                 k = *state.constants;
-                if (auto it = state.cache.find(profile_key); it != state.cache.end()) {
-                    const auto* prof = static_cast<const automatic_profile*>(it->second.get());
-                    if (prof->outgrown_by(n_bytes)) return -1;
-                    if (!record_->known.load(std::memory_order_acquire))
-                        profile = std::static_pointer_cast<automatic_profile>(it->second);
+                measured = state.slots.find(detail::automatic_profile_slot);
+                if (measured) {
+                    if (measured->outgrown_by(n_bytes)) return -1;
+                    if (!record_->known.load(std::memory_order_acquire)) profile = measured;
                 }
             }
-            if (auto memo = state.cache.find(decisions_key); memo != state.cache.end()) {
-                const automatic_profile* prof = nullptr;
-                if (!options_.constants)
-                    if (auto it = state.cache.find(profile_key); it != state.cache.end())
-                        prof = static_cast<const automatic_profile*>(it->second.get());
+            if (const auto memo = state.slots.find(detail::automatic_decisions_slot)) {
                 const int hit =
-                    static_cast<const memo_type*>(memo->second.get())->find(options_, t.size(), n_bytes, k, prof);
+                    static_cast<const memo_type*>(memo.get())->find(options_, t.size(), n_bytes, k, measured.get());
                 if (hit >= 0) {
                     if (!record_->known.load(std::memory_order_acquire)) record_->note(k, profile);
                     return hit;
@@ -250,8 +239,10 @@ private:
     [[nodiscard]] int remembered_choice(transport<C>& t, std::size_t n_bytes, const cost_constants& k,
                                         const automatic_profile* profile) const {
         const int p = t.size();
-        const auto memo =
-            t.state().template cached<memo_type>(decisions_key, [] { return std::make_shared<memo_type>(); });
+        const auto slot = t.state().slots.get_or_make(
+            detail::automatic_decisions_slot,
+            []() -> std::shared_ptr<detail::decision_memo_slot> { return std::make_shared<memo_type>(); });
+        auto* const memo = static_cast<memo_type*>(slot.get());
         {
             std::lock_guard lock(t.state().m);
             if (const int hit = memo->find(options_, p, n_bytes, k, profile); hit >= 0) return hit;
@@ -313,7 +304,7 @@ private:
             }));
         std::lock_guard lock(state.m);
         if (!state.constants) state.constants = k;
-        state.cache.insert_or_assign(std::string(profile_key), prof);
+        state.slots.put(detail::automatic_profile_slot, std::move(prof));
     }
 
     /// Puts a loaded state into the group (once): its constants and profile replace whatever the group held, and
@@ -334,10 +325,10 @@ private:
         std::lock_guard lock(state.m);
         state.constants = *k;
         if (p)
-            state.cache.insert_or_assign(std::string(profile_key), std::make_shared<automatic_profile>(*p));
+            state.slots.put(detail::automatic_profile_slot, std::make_shared<automatic_profile>(*p));
         else
-            state.cache.erase(std::string(profile_key));
-        state.cache.erase(std::string(decisions_key));
+            state.slots.erase(detail::automatic_profile_slot);
+        state.slots.erase(detail::automatic_decisions_slot);
     }
 
     template <communicator C, floating_element T>

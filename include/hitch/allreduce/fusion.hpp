@@ -17,6 +17,7 @@
 // must not be touched between add() and the end of wait().
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -30,6 +31,7 @@
 #include "hitch/allreduce/group.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/schedule.hpp"
+#include "hitch/core/hash.hpp"
 #include "hitch/core/options.hpp"
 #include "hitch/core/tensor.hpp"
 
@@ -157,12 +159,11 @@ private:
     };
 
     static std::uint64_t fingerprint_of(std::span<const std::size_t> sizes, std::size_t total) noexcept {
-        std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the sizes
+        std::uint64_t h = fnv1a_basis;  // FNV-1a of the sizes as little-endian bytes, the same on every host
         const auto mix = [&](std::uint64_t v) {
-            for (int i = 0; i < 8; ++i) {
-                h ^= (v >> (8 * i)) & 0xffu;
-                h *= 1099511628211ull;
-            }
+            std::array<std::byte, 8> bytes;
+            for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>((v >> (8 * i)) & 0xffu);
+            h = fnv1a(bytes, h);
         };
         for (std::size_t s : sizes) mix(s);
         mix(total);

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "hitch/allreduce/automatic/calibration.hpp"
+#include "hitch/allreduce/automatic/decisions.hpp"
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/transport.hpp"
@@ -287,8 +288,9 @@ public:
         k.validate();
         std::lock_guard lock(state_.m);
         state_.constants = k;
-        state_.cache.erase("automatic/profile");  // the user's constants and the pure model, not measurements
-        state_.cache.erase("automatic/decisions");
+        // the user's constants and the pure model, not measurements
+        state_.slots.erase(detail::automatic_profile_slot);
+        state_.slots.erase(detail::automatic_decisions_slot);
     }
 
     /// Scratch memory held by the group (for tests and diagnostics).

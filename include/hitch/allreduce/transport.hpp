@@ -36,6 +36,7 @@
 #include "hitch/allreduce/transport/spin.hpp"
 #include "hitch/allreduce/transport/staged_path.hpp"
 #include "hitch/allreduce/transport/tags.hpp"
+#include "hitch/allreduce/tuning.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/dtype.hpp"
@@ -365,7 +366,7 @@ private:
                              [[maybe_unused]] shared_state<C>& state) {
         // Threads of one process, or processes on one node, each with a core: poll before yielding.
         const auto spin = [&](bool polls) {
-            return polls && comm.size() <= detail::cores() ? std::chrono::nanoseconds(std::chrono::microseconds(50))
+            return polls && comm.size() <= detail::cores() ? std::chrono::nanoseconds(tuning::transport_spin_wait)
                                                            : std::chrono::nanoseconds(0);
         };
         if constexpr (shares_address_space<C>) {

@@ -1,7 +1,7 @@
 #pragma once
 // Tuning of hitch's all-reduce family: the constants that were chosen by measurement, each beside the figure that
-// chose it, apart from the algorithms that use them (allreduce/automatic/, allreduce/cost.hpp). Figures come from
-// the 2-core development host (dev-2c, docs/benchmarks.md) unless stated otherwise.
+// chose it, apart from the code that uses them (allreduce/automatic/, allreduce/cost.hpp, allreduce/transport.hpp).
+// Figures come from the 2-core development host (dev-2c, docs/benchmarks.md) unless stated otherwise.
 
 #include <chrono>
 #include <cstddef>
@@ -69,6 +69,14 @@ inline constexpr double min_gamma_s_per_byte = 1e-13;
 /// Choices a group remembers. Weighing the candidates costs about 0.7 us (16545b3), as long as a small all-reduce;
 /// 64 distinct sizes cover a trainer's buckets and tail with room to spare.
 inline constexpr std::size_t decision_memo_capacity = 64;
+
+// ---- the transport -----------------------------------------------------------------------------------------
+
+/// How long a wait polls its peer before it falls back to the communicator's yielding wait, when every rank has a
+/// core of its own (threads of one process, or processes of one node on the staged path): a running peer answers
+/// within microseconds, and a yield hands the core away for a whole time slice. No figure recorded: set with the
+/// first polling wait (a806c64) and not tuned since.
+inline constexpr std::chrono::microseconds transport_spin_wait{50};
 
 // ---- the cost model's defaults -----------------------------------------------------------------------------
 

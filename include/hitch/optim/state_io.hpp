@@ -28,6 +28,7 @@
 #include "hitch/concepts/device.hpp"
 #include "hitch/core/binary.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/core/hash.hpp"
 #include "hitch/core/layer.hpp"
 
 namespace hitch::optim {
@@ -44,36 +45,16 @@ inline constexpr std::uint32_t max_id_bytes = 1024;
 inline constexpr std::uint32_t max_name_bytes = 1u << 16;
 inline constexpr std::uint32_t max_buffers = 64;
 
-/// FNV-1a, 64 bit, fed incrementally.
-class fnv1a64 {
-public:
-    void update(const void* data, std::size_t bytes) noexcept {
-        const auto* p = static_cast<const unsigned char*>(data);
-        std::uint64_t h = h_;
-        for (std::size_t i = 0; i < bytes; ++i) {
-            h ^= p[i];
-            h *= 0x100000001b3ull;
-        }
-        h_ = h;
-    }
-    [[nodiscard]] std::uint64_t value() const noexcept { return h_; }
-
-private:
-    std::uint64_t h_ = 0xcbf29ce484222325ull;
-};
-
 /// Reads version 1 from a stream whose first 12 bytes (magic and version) were already read as `start`.
 class legacy_state_reader {
 public:
-    legacy_state_reader(std::istream& in, std::span<const std::byte> start) : in_(in) {
-        sum_.update(start.data(), start.size());
-    }
+    legacy_state_reader(std::istream& in, std::span<const std::byte> start) : in_(in) { sum_.update(start); }
     void bytes(void* p, std::size_t n, std::string_view what) {
         in_.read(static_cast<char*>(p), static_cast<std::streamsize>(n));
         if (static_cast<std::size_t>(in_.gcount()) != n)
             throw corrupt_message_error(
                 concat("hitch::optim::load_state: the state is truncated (reading ", what, ")"));
-        sum_.update(p, n);
+        sum_.update(std::span<const std::byte>(static_cast<const std::byte*>(p), n));
     }
     void skip(std::uint64_t n, std::string_view what) {
         char scratch[65536];
@@ -111,7 +92,7 @@ public:
 
 private:
     std::istream& in_;
-    fnv1a64 sum_;
+    fnv1a_hasher sum_;
 };
 
 /// Reads the payload of a version 2 frame with the calls legacy_state_reader offers.

@@ -8,6 +8,7 @@
 
 #include "hitch/allreduce/automatic/profile.hpp"
 #include "hitch/allreduce/cost.hpp"
+#include "hitch/allreduce/transport/scratch.hpp"
 #include "hitch/allreduce/tuning.hpp"
 
 namespace hitch::allreduce::detail {
@@ -24,9 +25,13 @@ struct decision {
     int pick = 0;
 };
 
+/// What a group's slot of remembered choices holds: group::set_constants() drops it without naming automatic's
+/// options, and automatic reads it as its decision_memo<automatic::options_type>, the only kind ever put there.
+struct decision_memo_slot {};
+
 /// The last tuning::decision_memo_capacity choices (the oldest replaced first). Guarded by the group state's mutex.
 template <class Options>
-struct decision_memo {
+struct decision_memo : decision_memo_slot {
     std::vector<decision<Options>> entries;
     std::size_t next = 0;  // the entry replaced next once full
 
@@ -46,5 +51,11 @@ struct decision_memo {
         }
     }
 };
+
+/// Where a group's state (shared_state::slots) keeps automatic's measured profile and its remembered choices;
+/// group::set_constants() drops both. Read and written under the state's mutex, so constants, profile and choices
+/// change together.
+inline constexpr slot_key<automatic_profile> automatic_profile_slot{"automatic/profile"};
+inline constexpr slot_key<decision_memo_slot> automatic_decisions_slot{"automatic/decisions"};
 
 }  // namespace hitch::allreduce::detail

@@ -3,13 +3,9 @@
 // gives it the staged path's pipes when the communicator maps node memory.
 
 #include <cstddef>
-#include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <string>
-#include <string_view>
 #include <utility>
 
 #include "hitch/allreduce/cost.hpp"
@@ -26,27 +22,11 @@ struct shared_state {
     scratch_arena arena;
     /// Typed objects kept per communicator (e.g. hierarchical's sub-communicators).
     slot_store slots;
-    /// Guards `constants` and `cache`.
+    /// Guards `constants`, and the slots automatic keeps beside them (allreduce/automatic/decisions.hpp).
     mutable std::mutex m;
     std::optional<cost_constants> constants;
-    /// automatic's measurements and decisions, keyed by name (allreduce/automatic.hpp reads and writes it directly).
-    std::map<std::string, std::shared_ptr<void>, std::less<>> cache;
     /// The staged path's pipes (null unless the communicator's ranks share a node and it could map them).
     std::shared_ptr<detail::pipes> pipes;
-
-    /// The object under `key` in `cache`, made by `make()` on first use (make() may run collectives: every rank
-    /// reaches the same first use in the same call).
-    template <class T, class Make>
-    std::shared_ptr<T> cached(std::string_view key, Make&& make) {
-        {
-            std::lock_guard lock(m);
-            if (auto it = cache.find(key); it != cache.end()) return std::static_pointer_cast<T>(it->second);
-        }
-        std::shared_ptr<T> made = make();
-        std::lock_guard lock(m);
-        cache.emplace(std::string(key), made);
-        return made;
-    }
 };
 
 /// Collective over `comm`: gives `state` the pipes of the transport's staged path when `comm` can map memory that
