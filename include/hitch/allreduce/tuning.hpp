@@ -78,6 +78,6 @@ inline constexpr std::size_t decision_memo_capacity = 64;
 /// first polling wait (a806c64) and not tuned since.
 inline constexpr std::chrono::microseconds transport_spin_wait{50};
 
-// ---- the cost model's defaults -----------------------------------------------------------------------------
+// The cost model's defaults (before anything is measured) are in core/tuning.hpp, beside cost_constants.
 
 }  // namespace hitch::allreduce::tuning
