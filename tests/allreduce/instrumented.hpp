@@ -34,7 +34,7 @@ public:
     [[nodiscard]] int rank() const { return inner_.rank(); }
     [[nodiscard]] int size() const { return inner_.size(); }
     [[nodiscard]] int max_tag() const { return inner_.max_tag(); }
-    [[nodiscard]] std::string_view name() const { return "instrumented"; }
+    static constexpr std::string_view name = "instrumented";
     [[nodiscard]] hitch::seconds_f timeout() const { return inner_.timeout(); }
     void set_timeout(hitch::seconds_f t) { inner_.set_timeout(t); }
 

@@ -98,7 +98,7 @@ struct comm_base {
     int max_tag() const { return 100; }
     hitch::seconds_f timeout() const { return hitch::seconds_f(1); }
     void set_timeout(hitch::seconds_f) {}
-    std::string_view name() const { return "stand-in"; }
+    static constexpr std::string_view name = "stand-in";
 };
 
 struct good_comm : comm_base<good_request> {
@@ -133,7 +133,7 @@ struct comm_without_deadline {
     }
     hitch::message_info probe(int, int) { return {}; }
     int max_tag() const { return 100; }
-    std::string_view name() const { return "x"; }
+    static constexpr std::string_view name = "x";
     void barrier() {}
     comm_without_deadline split(int, int) { return {}; }
 };

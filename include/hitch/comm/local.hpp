@@ -324,7 +324,7 @@ public:
     [[nodiscard]] int rank() const noexcept { return rank_; }
     [[nodiscard]] int size() const noexcept { return static_cast<int>(members_->size()); }
     [[nodiscard]] int max_tag() const noexcept { return std::numeric_limits<int>::max(); }
-    [[nodiscard]] std::string_view name() const noexcept { return "comm::local"; }
+    static constexpr std::string_view name = "comm::local";
     [[nodiscard]] seconds_f timeout() const noexcept { return timeout_; }
     void set_timeout(seconds_f t) {
         option_validator("hitch::comm::local::set_timeout").open_closed("timeout_s", t.count(), 0.0, 1e9);
@@ -404,7 +404,7 @@ public:
     /// Every rank of this communicator arrives, or timeout_error names the rank this one was waiting for.
     void barrier() {
         detail::dissemination_barrier(
-            rank_, size(), barriers_++, timeout_, name(),
+            rank_, size(), barriers_++, timeout_, name,
             [&](int to, int round) { return post_send({}, dtype::u8, to, round, context_ + 1); },
             [&](int from, int round) { return post_recv({}, dtype::u8, from, round, context_ + 1); });
     }

@@ -376,7 +376,7 @@ public:
     [[nodiscard]] int rank() const noexcept { return rank_; }
     [[nodiscard]] int size() const noexcept { return size_; }
     [[nodiscard]] int max_tag() const noexcept { return max_tag_; }
-    [[nodiscard]] std::string_view name() const noexcept { return "comm::mpi"; }
+    static constexpr std::string_view name = "comm::mpi";
     [[nodiscard]] seconds_f timeout() const noexcept { return timeout_; }
     void set_timeout(seconds_f t) {
         option_validator("hitch::comm::mpi::set_timeout").open_closed("timeout_s", t.count(), 0.0, 1e9);
@@ -443,7 +443,7 @@ public:
 
     void barrier() {
         detail::dissemination_barrier(
-            rank_, size_, barriers_++, timeout_, name(),
+            rank_, size_, barriers_++, timeout_, name,
             [&](int to, int round) { return post_send({}, to, round, internal_); },
             [&](int from, int round) { return post_recv({}, from, round, internal_); });
     }

@@ -12,7 +12,7 @@
 //   c.split(color, key) -> C               sub-communicators (color >= 0), ranks ordered by (key, old rank)
 //   c.timeout(), c.set_timeout(seconds)    the deadline of every blocking call on this communicator
 //   c.max_tag()                            tags are in [0, max_tag()]
-//   c.name()                               for messages ("comm::local", "comm::mpi")
+//   C::name                                static constexpr std::string_view, for messages ("comm::local")
 //
 // C::request models hitch::request: test() (non-blocking), wait() (communicator's deadline), wait(deadline),
 // status() after completion, describe() for error messages. A request destroyed while pending is cancelled.
@@ -101,8 +101,8 @@ concept communicator_has_deadline = requires(C& c, const C& cc, seconds_f t) {
 };
 
 template <class C>
-concept communicator_has_name = requires(const C& c) {
-    { c.name() } -> std::convertible_to<std::string_view>;
+concept communicator_has_name = requires {
+    { C::name } -> std::convertible_to<std::string_view>;
 };
 
 /// A group of ranks that exchange typed point-to-point messages with deadlines.
@@ -210,7 +210,7 @@ consteval bool check_communicator() {
     } else if constexpr (!communicator_has_name<C>) {
         static_assert(communicator_has_name<C>,
                       "hitch::communicator: the communicator type has no name: add "
-                      "`std::string_view name() const`");
+                      "`static constexpr std::string_view name = \"...\";`");
     }
     return true;
 }

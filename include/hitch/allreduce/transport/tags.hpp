@@ -23,7 +23,7 @@ template <communicator C>
     const long long window = span / channels_per_call;
     if (window < 1)
         throw config_error(
-            hitch::detail::concat("hitch::allreduce: ", comm.name(), " offers tags up to ", comm.max_tag(),
+            hitch::detail::concat("hitch::allreduce: ", C::name, " offers tags up to ", comm.max_tag(),
                                   ", too few for hitch's collectives (need at least ",
                                   2 * (collective_tag_base(comm) + first_call_tag_offset + channels_per_call), ")"));
     return static_cast<int>(base +
