@@ -15,12 +15,6 @@ namespace wire = hitch::compress::wire;
 
 namespace {
 
-std::vector<std::byte> bytes_of(const std::string& s) {
-    std::vector<std::byte> b(s.size());
-    std::memcpy(b.data(), s.data(), s.size());
-    return b;
-}
-
 std::vector<std::byte> sample_message(std::size_t payload = 40) {
     std::vector<std::byte> m;
     wire::writer w(m, 200, hitch::dtype::f32, 10, payload);

@@ -495,21 +495,22 @@ public:
         MPI_Comm_free(&node);
         if (node_size != size_) return nullptr;  // the same answer on every rank
         static std::atomic<unsigned> made{0};
-        char name[64] = {};
+        char shm_name[64] = {};
         if (rank_ == 0)
-            std::snprintf(name, sizeof name, "/hitch-%ld-%u-%llx", static_cast<long>(::getpid()), made.fetch_add(1),
+            std::snprintf(shm_name, sizeof shm_name, "/hitch-%ld-%u-%llx", static_cast<long>(::getpid()),
+                          made.fetch_add(1),
                           static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count()));
         std::string why;
         std::unique_ptr<node_memory> mine;
-        if (rank_ == 0) mine.reset(node_memory::create(name, size_, bytes_per_rank, why));
+        if (rank_ == 0) mine.reset(node_memory::create(shm_name, size_, bytes_per_rank, why));
         int ok = rank_ != 0 || mine != nullptr ? 1 : 0;
         detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
         if (ok == 0) return nullptr;
-        detail::mpi_check(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm_), "MPI_Bcast");
-        if (rank_ != 0) mine.reset(node_memory::open(name, size_, bytes_per_rank, why));
+        detail::mpi_check(MPI_Bcast(shm_name, sizeof shm_name, MPI_CHAR, 0, comm_), "MPI_Bcast");
+        if (rank_ != 0) mine.reset(node_memory::open(shm_name, size_, bytes_per_rank, why));
         ok = mine != nullptr ? 1 : 0;
         const int code = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_);
-        if (rank_ == 0) ::shm_unlink(name);  // mapped everywhere (or given up): the name is no longer needed
+        if (rank_ == 0) ::shm_unlink(shm_name);  // mapped everywhere (or given up): the name is no longer needed
         detail::mpi_check(code, "MPI_Allreduce");
         if (ok == 0) return nullptr;
         return std::shared_ptr<node_memory>(mine.release());
