@@ -59,6 +59,8 @@
 #include "hitch/comm/local.hpp"
 #include "hitch/comm/mpi.hpp"
 
+#include "../examples/trainer/cli_options.hpp"
+
 namespace {
 
 namespace ar = hitch::allreduce;
@@ -509,32 +511,43 @@ int run_local(settings& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    namespace ex = hitch_examples;
+    using ex::detail::add_name, ex::detail::add_real, ex::detail::add_whole;
+    const std::string program = "hitch-bench-allreduce";
     settings s;
-    CLI::App app("hitch-bench-allreduce: hitch's all-reduce schedules against MPI_Allreduce, Gloo and a bound");
-    app.add_option("--comm", s.comm, "mpi (run under mpiexec) or local (threads)")
-        ->check(CLI::IsMember({"mpi", "local"}));
-    app.add_option("--ranks", s.ranks, "ranks (threads) for --comm local")->check(CLI::Range(1, 64));
+    CLI::App app(program + ": hitch's all-reduce schedules against MPI_Allreduce, Gloo and a bound");
+    add_name(app, "--comm", s.comm, "mpi (run under mpiexec) or local (threads)", {"mpi", "local"});
+    add_whole(app, "--ranks", s.ranks, "ranks (threads) for --comm local", 1, 64);
     app.add_flag("--json", s.json, "one JSON object per line");
-    app.add_option("--min-bytes", s.min_bytes, "smallest buffer")
-        ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 34));
-    app.add_option("--max-bytes", s.max_bytes, "largest buffer")
-        ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 34));
-    app.add_option("--rounds", s.rounds, "samples per impl and size (median reported)")->check(CLI::Range(1, 1000));
-    app.add_option("--min-sample-ms", s.min_sample_ms, "small buffers are timed in batches of at least this")
-        ->check(CLI::Range(0.0, 1000.0));
+    add_whole<std::size_t>(app, "--min-bytes", s.min_bytes, "smallest buffer", 4, std::size_t{1} << 34);
+    add_whole<std::size_t>(app, "--max-bytes", s.max_bytes, "largest buffer", 4, std::size_t{1} << 34);
+    add_whole(app, "--rounds", s.rounds, "samples per impl and size (median reported)", 1, 1000);
+    add_real(app, "--min-sample-ms", s.min_sample_ms, "small buffers are timed in batches of at least this",
+             ex::real_range::closed(0.0, 1000.0));
     app.add_option("--only", s.only, "comma-separated impls to run (default all)");
     bool no_gloo = false;
     app.add_flag("--no-gloo", no_gloo, "skip Gloo");
+    // Every rank finds the same mistake before MPI starts; the launcher's rank 0 alone prints it.
+    const bool speaks = ex::launcher_rank() == 0;
     try {
         app.parse(argc, argv);
+        if (s.min_bytes > s.max_bytes)
+            throw ex::usage_error("--min-bytes " + std::to_string(s.min_bytes) + " is above --max-bytes " +
+                                  std::to_string(s.max_bytes));
+    } catch (const CLI::CallForHelp& e) {
+        return speaks ? app.exit(e) : 0;
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (speaks) ex::print_line(program, std::string(e.what()) + " (--help lists the options)");
+        return ex::exit_usage;
+    } catch (const ex::usage_error& e) {
+        if (speaks) ex::print_line(program, e.what());
+        return ex::exit_usage;
     }
     s.gloo = !no_gloo;
     try {
         return s.comm == "mpi" ? run_mpi(s, argc, argv) : run_local(s);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "hitch-bench-allreduce: %s\n", e.what());
-        return 1;
+        ex::print_line(program, e.what());
+        return ex::exit_failure;
     }
 }

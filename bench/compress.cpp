@@ -48,6 +48,8 @@
 #include "hitch/core/parallel.hpp"
 #include "hitch/exchange/aggregate.hpp"
 
+#include "../examples/trainer/option_values.hpp"
+
 #include "resnet50.hpp"
 
 namespace {
@@ -287,35 +289,45 @@ double time_exchange(const Codec& codec, const bench_data& d, int ranks, int ste
 }  // namespace
 
 int main(int argc, char** argv) {
+    namespace ex = hitch_examples;
     bool json = false, verify = true, aggregate = false;
     int repeats = 5;
     double bucket_mib = 25.0;
     std::vector<std::string> only;
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (a == "--json")
-            json = true;
-        else if (a == "--no-check")
-            verify = false;
-        else if (a == "--aggregate")
-            aggregate = true;
-        else if (a == "--repeats" && i + 1 < argc)
-            repeats = std::max(1, std::atoi(argv[++i]));
-        else if (a == "--bucket-mib" && i + 1 < argc)
-            bucket_mib = std::max(0.0, std::atof(argv[++i]));
-        else if (a == "--only" && i + 1 < argc) {
-            std::string list = argv[++i];
-            for (std::size_t p = 0; p <= list.size();) {
-                const std::size_t q = std::min(list.find(',', p), list.size());
-                only.push_back(list.substr(p, q - p));
-                p = q + 1;
+    const std::string program = "hitch-bench-compress";
+    const std::string usage = "usage: " + program +
+                              " [--json] [--repeats N] [--only a,b] [--no-check] [--aggregate] [--bucket-mib M "
+                              "(default 25; 0: one bucket per tensor)]";
+    try {
+        for (int i = 1; i < argc; ++i) {
+            const std::string a = argv[i];
+            if (a == "--json")
+                json = true;
+            else if (a == "--no-check")
+                verify = false;
+            else if (a == "--aggregate")
+                aggregate = true;
+            else if (a == "--repeats")
+                repeats = ex::parse_whole(a, ex::next_value(argc, argv, i), 1, 1000);
+            else if (a == "--bucket-mib")
+                bucket_mib = ex::parse_finite(a, ex::next_value(argc, argv, i), ex::real_range::closed(0.0, 1024.0));
+            else if (a == "--only") {
+                const std::string list(ex::next_value(argc, argv, i));
+                for (std::size_t p = 0; p <= list.size();) {
+                    const std::size_t q = std::min(list.find(',', p), list.size());
+                    only.push_back(list.substr(p, q - p));
+                    p = q + 1;
+                }
+            } else if (a == "--help" || a == "-h") {
+                std::printf("%s\n", usage.c_str());
+                return 0;
+            } else {
+                throw ex::usage_error("unknown option '" + ex::detail::shown(a) + "' (--help lists the options)");
             }
-        } else {
-            std::fprintf(stderr,
-                         "usage: hitch-bench-compress [--json] [--repeats N] [--only a,b] [--no-check] [--aggregate] "
-                         "[--bucket-mib M (default 25; 0: one bucket per tensor)]\n");
-            return 2;
         }
+    } catch (const ex::usage_error& e) {
+        ex::print_line(program, e.what());
+        return ex::exit_usage;
     }
 
     bench_data d;

@@ -36,6 +36,8 @@
 #include "hitch/optim/model_optimizer.hpp"
 #include "hitch/optim/momentum.hpp"
 #include "hitch/optim/sgd.hpp"
+
+#include "../examples/trainer/option_values.hpp"
 #include "resnet50.hpp"
 
 namespace {
@@ -127,28 +129,38 @@ struct result {
 }  // namespace
 
 int main(int argc, char** argv) {
+    namespace ex = hitch_examples;
     bool json = false;
     int repeats = 7;
     std::vector<std::size_t> thread_counts = {1, 2};
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (a == "--json") {
-            json = true;
-        } else if (a == "--repeats" && i + 1 < argc) {
-            repeats = std::max(1, std::atoi(argv[++i]));
-        } else if (a == "--threads" && i + 1 < argc) {
-            thread_counts.clear();
-            std::string list = argv[++i];
-            for (std::size_t pos = 0; pos <= list.size();) {
-                const std::size_t comma = std::min(list.find(',', pos), list.size());
-                thread_counts.push_back(
-                    static_cast<std::size_t>(std::max(1, std::atoi(list.substr(pos, comma - pos).c_str()))));
-                pos = comma + 1;
+    const std::string program = "hitch-bench-optim";
+    const std::string usage = "usage: " + program + " [--json] [--repeats N] [--threads 1,2]";
+    try {
+        for (int i = 1; i < argc; ++i) {
+            const std::string a = argv[i];
+            if (a == "--json") {
+                json = true;
+            } else if (a == "--repeats") {
+                repeats = ex::parse_whole(a, ex::next_value(argc, argv, i), 1, 1000);
+            } else if (a == "--threads") {
+                thread_counts.clear();
+                const std::string list(ex::next_value(argc, argv, i));
+                for (std::size_t pos = 0; pos <= list.size();) {
+                    const std::size_t comma = std::min(list.find(',', pos), list.size());
+                    thread_counts.push_back(
+                        ex::parse_whole<std::size_t>(a, std::string_view(list).substr(pos, comma - pos), 1, 1024));
+                    pos = comma + 1;
+                }
+            } else if (a == "--help" || a == "-h") {
+                std::printf("%s\n", usage.c_str());
+                return 0;
+            } else {
+                throw ex::usage_error("unknown option '" + ex::detail::shown(a) + "' (--help lists the options)");
             }
-        } else {
-            std::fprintf(stderr, "usage: %s [--json] [--repeats N] [--threads 1,2]\n", argv[0]);
-            return a == "--help" ? 0 : 2;
         }
+    } catch (const ex::usage_error& e) {
+        ex::print_line(program, e.what());
+        return ex::exit_usage;
     }
 
     const auto tensors = resnet50_tensors();

@@ -37,9 +37,6 @@ namespace hitch_examples {
 /// Builds the task (data and model) for a configuration; `keep` holds whatever the task points into.
 using task_factory = std::function<task(const train_config&, std::shared_ptr<void>& keep)>;
 
-/// Exit statuses: a usage error (the command line, or options that cannot work together), a failure of the run.
-inline constexpr int exit_usage = 2, exit_failure = 1;
-
 /// OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to slower kernels; it reads its kernel choice
 /// (OPENBLAS_CORETYPE) only when it is loaded, so the program restarts itself once with the faster choice set.
 /// Runs before MPI starts; an explicit OPENBLAS_CORETYPE is respected, and a failed restart just carries on.
@@ -51,20 +48,7 @@ inline void prefer_faster_blas_kernels(char** argv) {
     }
 }
 
-/// This process's rank as the launcher (MPICH's Hydra, Open MPI, PMIx, Slurm) tells it, before MPI starts; 0 when
-/// it was not started by one.
-inline int launcher_rank() {
-    for (const char* name : {"PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
-        if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::atoi(v);
-    return 0;
-}
-
 namespace detail {
-
-inline void print_line(const std::string& program, const std::string& message) {
-    std::fprintf(stderr, "%s: %s\n", program.c_str(), message.c_str());
-    std::fflush(stderr);
-}
 
 /// Nodes the MPI ranks run on: ranks that share memory are on one node (MPI_COMM_TYPE_SHARED).
 inline int count_nodes() {
@@ -127,17 +111,17 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
     } catch (const CLI::CallForAllHelp& e) {
         return speaks ? app.exit(e) : 0;
     } catch (const CLI::ParseError& e) {
-        if (speaks) detail::print_line(info.program, std::string(e.what()) + " (--help lists the options)");
+        if (speaks) print_line(info.program, std::string(e.what()) + " (--help lists the options)");
         return exit_usage;
     } catch (const usage_error& e) {
-        if (speaks) detail::print_line(info.program, e.what());
+        if (speaks) print_line(info.program, e.what());
         return exit_usage;
     }
     if (!compare.empty()) {
         try {
             plot_metrics(compare, config.plot);
         } catch (const std::exception& e) {
-            detail::print_line(info.program, e.what());
+            print_line(info.program, e.what());
             return exit_failure;
         }
         std::printf("wrote %s\n", config.plot.c_str());
@@ -197,8 +181,7 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
             std::fflush(stdout);
         }
     } catch (const std::exception& e) {
-        detail::print_line(info.program,
-                           on_threads ? e.what() : "rank " + std::to_string(world_rank) + ": " + e.what());
+        print_line(info.program, on_threads ? e.what() : "rank " + std::to_string(world_rank) + ": " + e.what());
         if (!on_threads && world_size > 1) {
             // MPI_Abort ends the launcher's readers of this process's output with it: give them a moment.
             std::this_thread::sleep_for(std::chrono::milliseconds(500));

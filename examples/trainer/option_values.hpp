@@ -1,12 +1,15 @@
 #pragma once
 // The trainers' option values read from text, with one short line for every value refused: the option, the value
 // given and what is accepted ("--epochs must be a whole number from 1 to 1000000, got -1"). CLI11's own checks
-// print their bounds in full (DBL_MAX in 309 digits) and let integers overflow, so the numbers are read here.
+// print their bounds in full (DBL_MAX in 309 digits) and let integers overflow, so the numbers are read here. The
+// trainers and the benchmarks share it, with the exit statuses and the rule that the launcher's rank 0 alone prints
+// a usage error (every rank finds the same one, before MPI starts).
 
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <stdexcept>
@@ -15,6 +18,23 @@
 #include <vector>
 
 namespace hitch_examples {
+
+/// Exit statuses: a usage error (the command line, or options that cannot work together), a failure of the run.
+inline constexpr int exit_usage = 2, exit_failure = 1;
+
+/// This process's rank as the launcher (MPICH's Hydra, Open MPI, PMIx, Slurm) tells it, before MPI starts; 0 when
+/// it was not started by one.
+inline int launcher_rank() {
+    for (const char* name : {"PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
+        if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::atoi(v);
+    return 0;
+}
+
+/// "program: message" on stderr, flushed so that a launcher forwards it before the process ends.
+inline void print_line(const std::string& program, const std::string& message) {
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), message.c_str());
+    std::fflush(stderr);
+}
 
 /// A command-line mistake: the program prints what() as its one line and exits with status 2.
 class usage_error : public std::invalid_argument {
@@ -118,6 +138,12 @@ inline double parse_finite(std::string_view flag, std::string_view text, real_ra
     if (!inside)
         throw usage_error(std::string(flag) + " must be a finite number " + range.text() + ", got " + detail::shown(t));
     return value;
+}
+
+/// The value after the option argv[i] of a command line read by hand (the benchmarks'); moves i onto it.
+inline std::string_view next_value(int argc, char** argv, int& i) {
+    if (i + 1 >= argc) throw usage_error(detail::shown(argv[i]) + " needs a value");
+    return argv[++i];
 }
 
 }  // namespace hitch_examples

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -193,6 +194,13 @@ TEST_CASE("state blobs: version 2 frame, and version 1 blobs are still read", "[
     flipped[40] ^= std::byte{1};
     CHECK(
         hitch_test::throws_corrupt([&] { (void)wire::open_state(flipped, 7, 100, "test", 1); }, "corrupt (checksum)"));
+    {  // with the exact figures: the checksum stored, the bytes read and the checksum they give
+        std::ostringstream want;
+        want << "test: corrupt (checksum): the header says 0x" << std::hex
+             << hitch::load_le<std::uint32_t>(flipped.data() + hitch::frame_checksum_offset) << ", the " << std::dec
+             << flipped.size() << " bytes give 0x" << std::hex << hitch::detail::frame_checksum(flipped);
+        CHECK(hitch_test::throws_corrupt([&] { (void)wire::open_state(flipped, 7, 100, "test", 1); }, want.str()));
+    }
     auto newer = blob;
     wire::store_le<std::uint32_t>(newer.data() + 8, 3);
     hitch_test::reseal_frame(newer);

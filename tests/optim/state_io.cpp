@@ -102,6 +102,14 @@ TEST_CASE("loading a corrupt or truncated state throws corrupt_message_error and
     bad[bad.size() - 20] ^= 0x10;  // a payload byte
     CHECK_THROWS_WITH(load(bad), Catch::Contains("corrupt (checksum)"));
     CHECK_THROWS_AS(load(bad), hitch::corrupt_message_error);
+    {  // with the exact figures: the checksum stored, the bytes read and the checksum they give
+        const auto* p = reinterpret_cast<const std::byte*>(bad.data());
+        std::ostringstream want;
+        want << "hitch::optim::load_state: corrupt (checksum): the header says 0x" << std::hex
+             << hitch::load_le<std::uint32_t>(p + hitch::frame_checksum_offset) << ", the " << std::dec << bad.size()
+             << " bytes give 0x" << std::hex << hitch::detail::frame_checksum({p, bad.size()});
+        CHECK_THROWS_WITH(load(bad), Catch::Contains(want.str()));
+    }
     const std::string size = std::to_string(good.size());
     CHECK_THROWS_WITH(load(good.substr(0, good.size() - 9)),
                       Catch::Contains("truncated: " + std::to_string(good.size() - 9) + " of " + size + " bytes"));
