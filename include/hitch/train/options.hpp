@@ -16,6 +16,7 @@
 #include "hitch/core/parallel.hpp"
 #include "hitch/optim/lr/constant.hpp"
 #include "hitch/train/timeline.hpp"
+#include "hitch/train/tuning.hpp"
 
 namespace hitch {
 
@@ -34,8 +35,8 @@ struct data_parallel_options {
     std::function<double(std::uint64_t, std::uint64_t)> learning_rate = lr::constant(lr::constant::options_type{0.01});
     /// Steps per epoch, for the learning-rate schedule and the metrics' epoch.
     std::uint64_t steps_per_epoch = 1;
-    /// Bytes of gradients per bucket (DDP's and Horovod's default 25 MiB).
-    std::size_t bucket_bytes = std::size_t{25} << 20;
+    /// Bytes of gradients per bucket (DDP's default 25 MiB; train/tuning.hpp).
+    std::size_t bucket_bytes = train::tuning::default_bucket_bytes;
     /// Exchange each bucket as soon as gradient_ready completes it (on a worker thread), overlapping backward.
     bool overlap = true;
     /// Scale the loss (use scale() as the factor) and skip overflowing steps; FP16 models need it.
