@@ -14,15 +14,14 @@
 //   p.staleness() -> std::uint64_t                how many steps behind the freshest parameters this replica may be
 //   p.save_state(blob), p.load_state(bytes)       the policy's own position (e.g. local steps since averaging)
 //
-// step_context<Ctx> names what every policy may use (modelled by data_parallel's engine):
-//   ctx.finish_gradient_exchange() -> bool   waits for every bucket; unscales and agrees on finiteness across ranks;
-//                                            false when the step must be skipped (every rank gets the same answer)
-//   ctx.check_local_gradients() -> bool      the same agreement without exchanging gradients
-//   ctx.apply_optimizer()                    steps every layer with the current learning rate
-//   ctx.average_parameters(bool with_state)  all-reduce-average the parameters (and optimizer state) over ranks
-//   ctx.step_index(), ctx.rank(), ctx.size()
-// A policy is checked against step_context_archetype, the least context; a policy that needs more (a parameter
-// server's push and pull) asks for a refinement of step_context in its own step's constraint.
+// The contexts a policy may ask for are in hitch/concepts/step_context.hpp: step_context (every policy),
+// parameter_context (policies that read or rewrite the parameters: elastic averaging, block momentum),
+// shared_memory_context (Hogwild: one parameter array for every rank of one process) and server_context
+// (policies that push to and pull from a parameter server). A policy is checked against step_context_archetype,
+// the least context; a policy that needs more constrains its own step with the refinement.
+//
+// A policy that needs a parameter server also models server_policy (below): it names the server's rule and the
+// server's placement, and data_parallel builds the runtime (hitch/sync/server/) for it.
 
 #include <concepts>
 #include <cstddef>
@@ -31,45 +30,9 @@
 #include <string_view>
 #include <vector>
 
+#include "hitch/concepts/step_context.hpp"
+
 namespace hitch {
-
-namespace sync {
-
-/// What a policy's step did.
-struct step_result {
-    /// The optimizer was applied (false: the step was skipped on every rank, e.g. a gradient overflowed).
-    bool applied = false;
-    /// Parameters were averaged across ranks in this step.
-    bool synchronized = false;
-    /// Staleness of the gradients applied in this step, in steps.
-    std::uint64_t staleness = 0;
-};
-
-}  // namespace sync
-
-/// What every sync policy may ask of the training step it drives.
-template <class Ctx>
-concept step_context = requires(Ctx& ctx, const Ctx& cctx, bool with_state) {
-    { ctx.finish_gradient_exchange() } -> std::convertible_to<bool>;
-    { ctx.check_local_gradients() } -> std::convertible_to<bool>;
-    ctx.apply_optimizer();
-    ctx.average_parameters(with_state);
-    { cctx.step_index() } -> std::convertible_to<std::uint64_t>;
-    { cctx.rank() } -> std::convertible_to<int>;
-    { cctx.size() } -> std::convertible_to<int>;
-};
-
-/// The least step context: exactly the members of step_context, doing nothing.
-struct step_context_archetype {
-    bool finish_gradient_exchange() { return true; }
-    bool check_local_gradients() { return true; }
-    void apply_optimizer() {}
-    void average_parameters(bool /*with_optimizer_state*/) {}
-    [[nodiscard]] std::uint64_t step_index() const { return 0; }
-    [[nodiscard]] int rank() const { return 0; }
-    [[nodiscard]] int size() const { return 1; }
-};
-static_assert(step_context<step_context_archetype>);
 
 template <class P>
 concept sync_policy_has_name = requires {
@@ -88,11 +51,20 @@ concept sync_policy_has_traits = requires {
     { P::exchanges_gradients } -> std::convertible_to<bool>;
 };
 
-template <class P>
-concept sync_policy_can_step = requires(P& p, const P& cp, step_context_archetype& ctx) {
+/// P steps on the archetype of the context it asks for (the least, or one of its refinements).
+template <class P, class Archetype>
+concept sync_policy_steps_on = requires(P& p, Archetype& ctx) {
     { p.step(ctx) } -> std::same_as<sync::step_result>;
-    { cp.staleness() } -> std::convertible_to<std::uint64_t>;
 };
+
+template <class P>
+concept sync_policy_can_step =
+    (sync_policy_steps_on<P, step_context_archetype> || sync_policy_steps_on<P, parameter_context_archetype> ||
+     sync_policy_steps_on<P, server_context_archetype> ||
+     sync_policy_steps_on<P, shared_memory_context_archetype>) &&
+    requires(const P& cp) {
+        { cp.staleness() } -> std::convertible_to<std::uint64_t>;
+    };
 
 template <class P>
 concept sync_policy_saves_state =
@@ -100,6 +72,17 @@ concept sync_policy_saves_state =
         cp.save_state(blob);
         p.load_state(bytes);
     };
+
+/// Optional trait: `static constexpr bool asynchronous = true` when ranks do not step in lockstep (a parameter
+/// server, Hogwild). data_parallel then decides on loss scaling and non-finite gradients per rank, never waiting
+/// for the others, and does not compare replicas.
+template <class P>
+concept asynchronous_policy = requires { requires static_cast<bool>(P::asynchronous); };
+
+/// Optional trait: `static constexpr bool shares_memory = true` when the policy's step needs
+/// shared_memory_context; data_parallel refuses, at compile time, a communicator whose ranks do not share memory.
+template <class P>
+concept shared_memory_policy = requires { requires static_cast<bool>(P::shares_memory); };
 
 /// A synchronisation policy (see the file comment).
 template <class P>

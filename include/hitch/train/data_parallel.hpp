@@ -67,6 +67,7 @@
 #include "hitch/train/master_weights.hpp"
 #include "hitch/train/metrics.hpp"
 #include "hitch/train/options.hpp"
+#include "hitch/train/shared_parameters.hpp"
 #include "hitch/train/timeline.hpp"
 
 namespace hitch {
@@ -84,6 +85,7 @@ public:
     engine(C& comm, D& dev, std::vector<user_layer> layers, const options_type& options)
         : options_((options.validate(), options)),
           control_(comm.split(0, comm.rank())),
+          self_(asynchronous_policy<P> ? std::optional<C>(comm.split(comm.rank(), 0)) : std::nullopt),
           group_(comm),
           weights_(dev, agreed_layers(control_, std::move(layers))),
           buckets_(group_, options_.compressor, weights_.layers(), options_.bucket_bytes, options_.check_collectives,
@@ -96,7 +98,14 @@ public:
         ready_.assign(layers32().size(), 0);
         ready_in_bucket_.assign(buckets_.size(), 0);
         optimizer_.emplace(options_.optimizer, layers32(), dev, options_.execution);
-        if (options_.loss_scaling) scaler_.emplace(control_, options_.scaler);
+        if (options_.loss_scaling) scaler_.emplace(agreement(), options_.scaler);
+        if constexpr (shared_memory_policy<P>) {
+            static_assert(shares_address_space<C>,
+                          "hitch::data_parallel: this sync policy (Hogwild) updates one parameter array shared by "
+                          "every rank; it needs a communicator whose ranks are threads of one process (comm::local)");
+            if constexpr (shares_address_space<C>)
+                shared_ = train::detail::shared_parameters::share(control_, layers32(), 1);
+        }
         if (options_.overlap && P::exchanges_gradients) pipeline_.start();
         last_step_end_ = std::chrono::steady_clock::now();
     }
@@ -227,13 +236,13 @@ public:
         else
             for (std::size_t k = 0; k < layers32().size(); ++k) mark_ready(k);
         pipeline_.finish();
-        return agree_on_step();
+        return agree_on_step(control_);
     }
 
     bool check_local_gradients() {
         if (used_gradient_ready_) require_every_layer_ready();
         for (std::size_t b = 0; b < buckets_.size(); ++b) prepare_bucket(b, /*pack=*/false);
-        return agree_on_step();
+        return agree_on_step(control_);
     }
 
     void apply_optimizer() {
@@ -254,8 +263,39 @@ public:
         comm_ns_ += ns(start, std::chrono::steady_clock::now());
     }
 
+    // parameter_context
+    [[nodiscard]] std::span<const hitch::layer> parameters() const noexcept { return layers32(); }
+    void average(std::span<float> buffer) {
+        auto span = trace("average", "comm");
+        const auto start = std::chrono::steady_clock::now();
+        buckets_.average(tensor_view<float>(buffer.data(), buffer.size()), options_.schedule);
+        comm_ns_ += ns(start, std::chrono::steady_clock::now());
+    }
+    void parameters_changed() { weights_.write_back(); }
+    bool prepare_local_gradients() {
+        if (used_gradient_ready_) require_every_layer_ready();
+        for (std::size_t b = 0; b < buckets_.size(); ++b) prepare_bucket(b, /*pack=*/false);
+        return agree_on_step(agreement());
+    }
+
+    // shared_memory_context (policies that declare shares_memory, over communicators that share an address space)
+    [[nodiscard]] std::span<const hitch::layer> shared_parameters() const
+        requires shared_memory_policy<P>
+    {
+        return shared_.layers();
+    }
+    std::atomic<std::uint64_t>& shared_updates()
+        requires shared_memory_policy<P>
+    {
+        return shared_.updates();
+    }
+
 private:
     using bucket = typename gradient_exchange<X, S, C>::bucket;
+
+    /// Whom this rank agrees with on loss scaling and non-finite gradients: every rank, or (asynchronous
+    /// policies) itself alone.
+    C& agreement() noexcept { return self_ ? *self_ : control_; }
 
     static std::vector<user_layer> agreed_layers(C& control, std::vector<user_layer> layers) {
         check_layers_locally(std::span<const user_layer>(layers));
@@ -354,8 +394,8 @@ private:
         buckets_.unpack_gradients(b);
     }
 
-    /// Every rank learns whether any rank's gradients were not finite; returns whether to apply the step.
-    bool agree_on_step() {
+    /// Every rank of `with` learns whether any rank's gradients were not finite; returns whether to apply the step.
+    bool agree_on_step(C& with) {
         auto span = trace("agree", "comm");
         bool local_bad = false;
         amp::detail::nonfinite_report report{};
@@ -364,7 +404,7 @@ private:
             if (report.layer < 0 && buckets_[b].report.layer >= 0) report = buckets_[b].report;
         }
         if (scaler_) return scaler_->update(local_bad);
-        const auto reports = amp::detail::gather_reports(control_, report);
+        const auto reports = amp::detail::gather_reports(with, report);
         const bool any = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.layer >= 0; });
         if (!any) return true;
         if (options_.nonfinite == amp::nonfinite_policy::skip_step) return false;
@@ -395,6 +435,7 @@ private:
 
     options_type options_;
     C control_;                  // agreement traffic (layer checks, overflow flags, replica hashes)
+    std::optional<C> self_;      // asynchronous policies: this rank alone, for per-rank agreement
     allreduce::group<C> group_;  // gradient and parameter collectives
     master_weights<Param, D> weights_;
     gradient_exchange<X, S, C> buckets_;
@@ -405,6 +446,7 @@ private:
     std::optional<optim::model_optimizer<O, D>> optimizer_;
     std::optional<amp::loss_scaler<C>> scaler_;
     timeline* timeline_;
+    train::detail::shared_parameters shared_;
 
     std::uint64_t step_ = 0;
     std::uint64_t since_replica_check_ = 0;
