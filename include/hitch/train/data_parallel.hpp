@@ -67,6 +67,7 @@
 #include "hitch/train/master_weights.hpp"
 #include "hitch/train/metrics.hpp"
 #include "hitch/train/options.hpp"
+#include "hitch/train/server_link.hpp"
 #include "hitch/train/shared_parameters.hpp"
 #include "hitch/train/timeline.hpp"
 
@@ -107,6 +108,8 @@ public:
                 shared_ = train::detail::shared_parameters::share(control_, layers32(), 1);
         }
         if (options_.overlap && P::exchanges_gradients) pipeline_.start();
+        server_.start(comm, dev, layers32(), options_.optimizer, options_.compressor, policy_, options_.execution);
+        if (server_.active()) weights_.write_back();
         last_step_end_ = std::chrono::steady_clock::now();
     }
 
@@ -124,6 +127,11 @@ public:
     }
 
     step_metrics step(std::optional<double> loss) override {
+        if (server_.serves_only())
+            throw config_error(concat("hitch::data_parallel::step: rank ", rank(),
+                                      " is a dedicated parameter server; call serve() on it instead of step()"));
+        if (server_.finished())
+            throw config_error("hitch::data_parallel::step: this worker has finished (finish() was called)");
         const auto start = std::chrono::steady_clock::now();
         compute_ms_ = ms(last_step_end_, start);
         if (step_ == 0 || !first_step_) first_step_ = last_step_end_;
@@ -161,6 +169,8 @@ public:
         m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *first_step_).count();
         if (options_.metrics != nullptr) metrics_writer(*options_.metrics).write(m);
         staleness_ = result.staleness;
+        if (result.applied) ++histogram_[std::min<std::size_t>(result.staleness, histogram_.size() - 1)];
+        dropped_ += result.dropped;
         last_step_end_ = std::chrono::steady_clock::now();
         return m;
     }
@@ -171,6 +181,16 @@ public:
     [[nodiscard]] float loss_scale() const override { return scaler_ ? scaler_->scale() : 1.0f; }
     [[nodiscard]] std::uint64_t step_index() const override { return step_; }
     [[nodiscard]] std::uint64_t staleness() const override { return staleness_; }
+    [[nodiscard]] std::vector<std::uint64_t> staleness_histogram() const override {
+        std::vector<std::uint64_t> h = histogram_;
+        while (h.size() > 1 && h.back() == 0) h.pop_back();
+        return h;
+    }
+    [[nodiscard]] std::uint64_t dropped_gradients() const override { return dropped_; }
+    [[nodiscard]] bool serves_only() const override { return server_.serves_only(); }
+    [[nodiscard]] int worker_count() const override { return server_.workers(size()); }
+    void serve() override { server_.serve(); }
+    void finish() override { server_.finish(); }
     [[nodiscard]] int rank() const override { return control_.rank(); }
     [[nodiscard]] int size() const override { return control_.size(); }
     [[nodiscard]] std::size_t bucket_count() const override { return buckets_.size(); }
@@ -192,6 +212,7 @@ public:
         if (scaler_) write_scaler(w, scaler_->state());
         write_sync(w, policy_);
         write_schedule(w, options_.schedule);
+        server_.save(w, prefix);
         for (const auto& [name, bytes] : extra) {
             if (name.rfind("hitch.", 0) == 0)
                 throw config_error(concat("hitch::data_parallel::save: section name '", name,
@@ -203,29 +224,26 @@ public:
 
     checkpoint_reader load(const std::filesystem::path& prefix) override {
         require_idle("load");
-        checkpoint_reader r(checkpoint_path(prefix));
-        // Everything is validated before anything changes; the optimizer's load, which commits, comes last.
-        const std::uint64_t saved_step = read_meta(r, identity());
-        const auto params = read_parameters(r, layers32());
-        auto codec_states = read_codec_states(r, buckets_.codec(), buckets_.size(),
-                                              [&](std::size_t b) { return buckets_.make_codec_state(b); });
-        std::optional<amp::loss_scaler_state> scaler_state;
-        if (scaler_) scaler_state = read_scaler(r, options_.scaler);
-        P policy = read_sync(r, policy_);
-        std::optional<S> schedule = read_schedule(r, options_.schedule);
-        {
-            auto stream = r.stream("hitch.optimizer");
-            optimizer_->load(stream);
+        if (!server_.active()) {
+            checkpoint_reader r(checkpoint_path(prefix));
+            load_from(r);
+            return r;
         }
-        restore_parameters(params, layers32());
-        weights_.write_back();
-        for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].codec_state = std::move(codec_states[b]);
-        if (scaler_state) scaler_->set_state(*scaler_state);
-        policy_ = std::move(policy);
-        if constexpr (stateful_schedule<S>)
-            if (schedule) options_.schedule = std::move(*schedule);
-        step_ = saved_step;
-        return r;
+        // A parameter server: every worker and every server checks its part before anyone commits.
+        std::optional<checkpoint_reader> r;
+        std::exception_ptr own;
+        std::span<const std::byte> client;
+        try {
+            r.emplace(checkpoint_path(prefix));
+            (void)read_meta(*r, identity());
+            (void)read_parameters(*r, layers32());
+            (void)read_sync(*r, policy_);
+            client = r->section("hitch.server.client");
+        } catch (...) {
+            own = std::current_exception();
+        }
+        server_.load(prefix, own, client, [&] { load_from(*r); });
+        return std::move(*r);
     }
 
     // ---- the step context the sync policy drives (see hitch/concepts/sync_policy.hpp) -------------------------
@@ -290,8 +308,44 @@ public:
         return shared_.updates();
     }
 
+    // server_context (parameter-server policies)
+    sync::server_reply exchange_with_server(const sync::server_request& request)
+        requires server_link<P, O, X, C, D>::possible
+    {
+        auto span = trace("parameter server", "comm");
+        const auto start = std::chrono::steady_clock::now();
+        const sync::server_reply r = server_.exchange(request, lr_);
+        if (r.pulled) weights_.write_back();
+        comm_ns_ += ns(start, std::chrono::steady_clock::now());
+        return r;
+    }
+
 private:
     using bucket = typename gradient_exchange<X, S, C>::bucket;
+
+    /// Restores everything of this rank's own checkpoint file; validates every section before it changes anything.
+    void load_from(const checkpoint_reader& r) {
+        const std::uint64_t saved_step = read_meta(r, identity());
+        const auto params = read_parameters(r, layers32());
+        auto codec_states = read_codec_states(r, buckets_.codec(), buckets_.size(),
+                                              [&](std::size_t b) { return buckets_.make_codec_state(b); });
+        std::optional<amp::loss_scaler_state> scaler_state;
+        if (scaler_) scaler_state = read_scaler(r, options_.scaler);
+        P policy = read_sync(r, policy_);
+        std::optional<S> schedule = read_schedule(r, options_.schedule);
+        {
+            auto stream = r.stream("hitch.optimizer");
+            optimizer_->load(stream);
+        }
+        restore_parameters(params, layers32());
+        weights_.write_back();
+        for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].codec_state = std::move(codec_states[b]);
+        if (scaler_state) scaler_->set_state(*scaler_state);
+        policy_ = std::move(policy);
+        if constexpr (stateful_schedule<S>)
+            if (schedule) options_.schedule = std::move(*schedule);
+        step_ = saved_step;
+    }
 
     /// Whom this rank agrees with on loss scaling and non-finite gradients: every rank, or (asynchronous
     /// policies) itself alone.
@@ -451,12 +505,15 @@ private:
     std::uint64_t step_ = 0;
     std::uint64_t since_replica_check_ = 0;
     std::uint64_t staleness_ = 0;
+    std::vector<std::uint64_t> histogram_ = std::vector<std::uint64_t>(256, 0);  // applied steps by staleness
+    std::uint64_t dropped_ = 0;
     double lr_ = 0.0;
     double compute_ms_ = 0.0;
     std::atomic<std::uint64_t> comm_ns_{0};
     std::chrono::steady_clock::time_point last_step_end_;
     std::optional<std::chrono::steady_clock::time_point> first_step_;
 
+    server_link<P, O, X, C, D> server_;  // after what it uses (the master layers): destroyed before them
     bucket_pipeline pipeline_;  // last: destroyed first, so its worker stops before what it uses goes
 };
 
@@ -518,6 +575,20 @@ public:
     /// Steps taken so far (applied or skipped).
     [[nodiscard]] std::uint64_t step_index() const { return engine_->step_index(); }
     [[nodiscard]] std::uint64_t staleness() const { return engine_->staleness(); }
+    /// How many applied steps had each staleness (index: staleness in steps or parameter versions; the last
+    /// entry also counts everything staler). Trailing zeros are trimmed.
+    [[nodiscard]] std::vector<std::uint64_t> staleness_histogram() const { return engine_->staleness_histogram(); }
+    /// This rank's gradients that a backup-workers step dropped.
+    [[nodiscard]] std::uint64_t dropped_gradients() const { return engine_->dropped_gradients(); }
+    /// Parameter-server policies with dedicated servers: this rank only serves; call serve() instead of training.
+    [[nodiscard]] bool serves_only() const { return engine_->serves_only(); }
+    /// Ranks that train (the ranks less the dedicated servers).
+    [[nodiscard]] int worker_count() const { return engine_->worker_count(); }
+    /// A dedicated server rank: serves until every worker has finished.
+    void serve() { engine_->serve(); }
+    /// A worker is done training: the parameter servers stop counting it (and a co-located server serves the
+    /// other workers until they finish too). Also done by the destructor; call it to see its errors.
+    void finish() { engine_->finish(); }
     [[nodiscard]] int rank() const { return engine_->rank(); }
     [[nodiscard]] int size() const { return engine_->size(); }
     [[nodiscard]] std::size_t bucket_count() const { return engine_->bucket_count(); }
