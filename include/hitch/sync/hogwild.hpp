@@ -127,9 +127,9 @@ inline void hogwild::check_shapes(std::span<const layer> own, std::span<const la
                                                    " layers, the shared parameters ", shared.size()));
     for (std::size_t k = 0; k < own.size(); ++k)
         if (own[k].size() != shared[k].size())
-            throw mismatch_error(hitch::detail::concat("hitch::sync::hogwild: layer ", k, " ('", own[k].name,
-                                                       "') has ", own[k].size(), " parameters on this rank, ",
-                                                       shared[k].size(), " in the shared parameters"));
+            throw mismatch_error(hitch::detail::concat("hitch::sync::hogwild: layer ", k, " ('", own[k].name, "') has ",
+                                                       own[k].size(), " parameters on this rank, ", shared[k].size(),
+                                                       " in the shared parameters"));
 }
 
 }  // namespace hitch::sync

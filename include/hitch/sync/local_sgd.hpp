@@ -160,7 +160,7 @@ inline void local_sgd::save_state(std::vector<std::byte>& blob) const {
         return;
     }
     const std::array<std::span<const float>, 2> buffers{std::span<const float>(global_),
-                                                         std::span<const float>(delta_)};
+                                                        std::span<const float>(delta_)};
     detail::save_counters_and_buffers(blob, name, v, buffers);
 }
 
@@ -180,9 +180,9 @@ inline void local_sgd::load_state(std::span<const std::byte> blob) {
             "block_momentum = 0); this policy has block_momentum = ",
             options_.block_momentum));
     if (block_momentum() && buffers[0].size() != buffers[1].size())
-        throw corrupt_message_error(hitch::detail::concat(
-            "hitch::sync::local_sgd: saved state: corrupt: the global model has ", buffers[0].size(),
-            " parameters, the block momentum ", buffers[1].size()));
+        throw corrupt_message_error(
+            hitch::detail::concat("hitch::sync::local_sgd: saved state: corrupt: the global model has ",
+                                  buffers[0].size(), " parameters, the block momentum ", buffers[1].size()));
     since_average_ = v[0];
     if (block_momentum()) {
         global_ = std::move(buffers[0]);
