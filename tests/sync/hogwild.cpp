@@ -143,7 +143,7 @@ TEST_CASE("four hogwild ranks racing on a convex quadratic reach its minimum", "
     // ranks meet at a barrier every few steps only so that one thread cannot run far ahead on a busy machine;
     // between barriers their updates overlap freely.
     const std::vector<std::size_t> sizes{64, 7};
-    const int p = 4, steps = 2000, between_barriers = 5;
+    const int p = 4, steps = 4000, between_barriers = 4;
     const auto results = run_local(p, [&](local& comm) {
         model m(sizes);
         hitch::cpu dev;
