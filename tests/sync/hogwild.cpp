@@ -2,9 +2,11 @@
 // update and see a staleness of one; four ranks racing on a convex quadratic reach its minimum.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -168,4 +170,80 @@ TEST_CASE("four hogwild ranks racing on a convex quadratic reach its minimum", "
             }
     CAPTURE(worst);
     CHECK(worst < 0.02);
+}
+
+TEST_CASE("hogwild resumes from a checkpoint: rank 0's parameters refill the shared array", "[sync][hogwild]") {
+    const std::vector<std::size_t> sizes{30, 4};
+    const float lr = 0.25f;
+    const int n = 5;
+    const auto dir = std::filesystem::temp_directory_path() / ("hitch-test-hogwild-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto run = [&](local& comm, model& m, dp_t& dp, int steps) {
+        for (int s = 0; s < steps; ++s)
+            for (int r = 0; r < comm.size(); ++r) {
+                if (r == comm.rank()) {
+                    quadratic_gradient(m, r, 1.0f);
+                    dp.step();
+                }
+                comm.barrier();
+            }
+    };
+    hitch::cpu dev;
+
+    // One rank is deterministic: 2N steps equal N steps, save, load into a new object, N steps.
+    REQUIRE_NOTHROW(run_local(1, [&](local& comm) {
+        model straight(sizes);
+        {
+            dp_t dp(comm, dev, straight.layers(), constant_rate(lr));
+            run(comm, straight, dp, 2 * n);
+        }
+        {
+            model m(sizes);
+            dp_t dp(comm, dev, m.layers(), constant_rate(lr));
+            run(comm, m, dp, n);
+            dp.save(dir / "one");
+        }
+        model m(sizes);
+        for (auto& layer : m.w) std::fill(layer.begin(), layer.end(), 7.0f);  // the new shared array holds 7s
+        dp_t dp(comm, dev, m.layers(), constant_rate(lr));
+        dp.load(dir / "one");
+        run(comm, m, dp, n);
+        expect(m.w == straight.w, "one rank resumes exactly");
+    }));
+
+    // Two ranks: after the load the shared array is rank 0's saved copy, whatever the new object started from.
+    REQUIRE_NOTHROW(run_local(2, [&](local& comm) {
+        std::vector<std::vector<float>> saved;
+        {
+            model m(sizes);
+            dp_t dp(comm, dev, m.layers(), constant_rate(lr));
+            run(comm, m, dp, n);
+            dp.save(dir / "two");
+            saved = m.w;
+        }
+        model m(sizes);
+        for (auto& layer : m.w) std::fill(layer.begin(), layer.end(), 7.0f);
+        dp_t dp(comm, dev, m.layers(), constant_rate(lr));
+        dp.load(dir / "two");
+        expect(m.w == saved, "each rank's own copy is restored");
+        if (comm.rank() == 0) {
+            quadratic_gradient(m, 0, 1.0f);
+            dp.step();
+            expect(dp.staleness() == 0, "the first update after a load counts no staleness");
+            for (std::size_t k = 0; k < sizes.size(); ++k)
+                for (std::size_t i = 0; i < sizes[k]; ++i) {
+                    const float before = saved[k][i];
+                    const float after = before - lr * (before - target(0, k, i));
+                    expect(m.w[k][i] == before + (after - before), "rank 0 stepped from its saved parameters");
+                }
+        }
+        comm.barrier();
+        if (comm.rank() == 1) {
+            quadratic_gradient(m, 1, 1.0f);
+            dp.step();
+            expect(dp.staleness() == 0, "the first update after a load counts no staleness");
+        }
+        comm.barrier();
+    }));
+    std::filesystem::remove_all(dir);
 }
