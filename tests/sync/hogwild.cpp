@@ -25,6 +25,12 @@ namespace {
 
 using dp_t = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::hogwild>;
 
+// data_parallel decides per rank (asynchronous) and hands it the shared array (shares_memory); only a context with
+// that array can drive it.
+static_assert(hitch::asynchronous_policy<hitch::sync::hogwild> && hitch::shared_memory_policy<hitch::sync::hogwild>);
+static_assert(hitch::sync_policy_steps_on<hitch::sync::hogwild, hitch::shared_memory_context_archetype> &&
+              !hitch::sync_policy_steps_on<hitch::sync::hogwild, hitch::parameter_context_archetype>);
+
 struct model {
     std::vector<std::vector<float>> w, g;
     explicit model(const std::vector<std::size_t>& sizes) {
