@@ -94,7 +94,8 @@ public:
     }
     /// Restores a checkpoint written by save() under the same configuration; returns the reader so you can read
     /// your own sections. A corrupt file is corrupt_message_error, another configuration mismatch_error; either
-    /// way nothing changes.
+    /// way nothing changes. Under a shared-memory policy (sync::hogwild) it is collective: rank 0's loaded
+    /// parameters refill the shared array.
     train::checkpoint_reader load(const std::filesystem::path& prefix) { return engine_->load(prefix); }
     [[nodiscard]] std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const {
         return engine_->checkpoint_path(prefix);

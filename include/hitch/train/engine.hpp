@@ -322,6 +322,7 @@ private:
         if constexpr (stateful_schedule<S>)
             if (schedule) options_.schedule = std::move(*schedule);
         step_ = saved_step;
+        if constexpr (shared_memory_policy<P> && shares_address_space<C>) shared_.refill(control_, layers32());
     }
 
     /// Whom this rank agrees with on loss scaling and non-finite gradients: every rank, or (asynchronous
