@@ -382,3 +382,37 @@ TEST_CASE("parameter-server options are validated", "[sync][options]") {
     soft.server.dedicated_servers = 2;
     REQUIRE_THROWS_WITH(train<hitch::sync::soft>(2, soft, 1), Catch::Contains("leaves no worker"));
 }
+
+TEST_CASE("a worker that never arrives is a timeout_error naming it, not a hang", "[sync][server][timeout]") {
+    std::vector<std::string> seen(2);
+    hitch::comm::local_options lo;
+    lo.timeout_s = 1.0;
+    const auto start = std::chrono::steady_clock::now();
+    run_local(
+        2,
+        [&](local& comm) {
+            quad_model m(sizes, comm.rank());
+            hitch::cpu dev;
+            hitch::sync::soft::options_type o;
+            o.gradients_per_update = 0;  // an update needs both workers' gradients
+            auto& mine = seen[static_cast<std::size_t>(comm.rank())];
+            dp_t<hitch::sync::soft> dp(comm, dev, m.layers(), sgd_options<hitch::sync::soft>(o));
+            if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // never steps
+            try {
+                if (comm.rank() == 0) {
+                    m.gradients(0);
+                    dp.step();
+                }
+                dp.finish();
+            } catch (const hitch::timeout_error& e) {
+                mine = e.what();
+            }
+        },
+        lo);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CAPTURE(seen[0], seen[1]);
+    // Worker 0 waited for the server's reply, which waited for worker 1's gradient.
+    REQUIRE(seen[0].find("worker 0") != std::string::npos);
+    REQUIRE(seen[0].find("shard") != std::string::npos);
+    REQUIRE(waited < 30.0);
+}

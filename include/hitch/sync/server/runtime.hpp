@@ -355,8 +355,14 @@ public:
         if (finished_) return;
         finished_ = true;
         if (!roles_.worker) return serve();
-        client_->marker(done);
+        std::exception_ptr first;
+        try {
+            client_->marker(done);
+        } catch (...) {  // the servers may be gone; this rank's own still ends, by its deadline at the latest
+            first = std::current_exception();
+        }
         if (server_thread_.joinable()) server_thread_.join();
+        if (first) std::rethrow_exception(first);
         if (server_error_) std::rethrow_exception(server_error_);
     }
 
