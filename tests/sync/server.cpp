@@ -125,8 +125,7 @@ TEST_CASE("soft sync with c = workers, no scaling, deterministic order equals ha
     }
 }
 
-TEST_CASE("ssp: no worker is ever more than s clocks ahead of the slowest; s = 0 is bulk-synchronous",
-          "[sync][ssp]") {
+TEST_CASE("ssp: no worker is ever more than s clocks ahead of the slowest; s = 0 is bulk-synchronous", "[sync][ssp]") {
     for (int p : {2, 3, 4})
         for (std::uint64_t s : {std::uint64_t{0}, std::uint64_t{2}}) {
             CAPTURE(p, s);
@@ -147,8 +146,7 @@ TEST_CASE("ssp: no worker is ever more than s clocks ahead of the slowest; s = 0
                     for (const auto& c : started) slowest = std::min(slowest, c.load());
                     std::uint64_t ahead = static_cast<std::uint64_t>(t) - slowest;
                     std::uint64_t seen = most_ahead.load();
-                    while (ahead > seen && !most_ahead.compare_exchange_weak(seen, ahead)) {
-                    }
+                    while (ahead > seen && !most_ahead.compare_exchange_weak(seen, ahead)) {}
                     if (s == 0 && t < 64) hashes[me * 64 + static_cast<std::size_t>(t)] = dp.parameter_hash();
                     m.gradients(t);
                     if (comm.rank() == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
@@ -287,7 +285,8 @@ TEST_CASE("easgd: the centre and the workers move as the formula says", "[sync][
                         x[static_cast<std::size_t>(r)][i] -= 0.2f * (x[static_cast<std::size_t>(r)][i] - c[i]);
                 for (std::size_t i = 0; i < n; ++i) c[i] += 0.2f * static_cast<float>(p) * (mean[i] - c[i]);
             }
-            for (int r = 0; r < p; ++r) expect_close(got[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)], 1e-5f);
+            for (int r = 0; r < p; ++r)
+                expect_close(got[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)], 1e-5f);
         }
     }
     SECTION("asynchronous form, through the parameter server, in deterministic order") {
@@ -329,7 +328,8 @@ TEST_CASE("easgd: the centre and the workers move as the formula says", "[sync][
                 }
             }
         // Worker 1's second exchange came after worker 0's: both reflect the centre's sequence.
-        for (int r = 0; r < p; ++r) expect_close(got[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)], 1e-5f);
+        for (int r = 0; r < p; ++r)
+            expect_close(got[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)], 1e-5f);
     }
 }
 

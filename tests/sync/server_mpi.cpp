@@ -101,7 +101,9 @@ TEST_CASE("over MPI: SSP never lets a worker start a clock more than s ahead of 
         dp_t dp(comm, dev, m.layers(), o);
         // enter[t]: this rank begins pushing clock t; leave[t]: its step t returned (it may start clock t + 1).
         std::vector<double> enter(steps), leave(steps);
-        auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+        auto now = [] {
+            return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+        };
         for (int t = 0; t < steps; ++t) {
             m.gradients(t);
             if (comm.rank() == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
