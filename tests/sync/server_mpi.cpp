@@ -123,3 +123,33 @@ TEST_CASE("over MPI: SSP never lets a worker start a clock more than s ahead of 
                             all_leave[static_cast<std::size_t>(w * steps + t - 1)]);
     }
 }
+
+TEST_CASE("over MPI: a dedicated server rank serves while the others train", "[sync][mpi]") {
+    mpi comm;
+    if (comm.size() < 3) return;  // one server and at least two workers
+    using dp_t = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::async>;
+    quad_model m(sizes, comm.rank());
+    hitch::cpu dev;
+    dp_t::options o;
+    o.learning_rate = hitch::lr::constant({0.01});
+    o.sync.server.deterministic = true;
+    o.sync.server.placement = hitch::sync::server_placement::dedicated;
+    o.sync.server.dedicated_servers = 1;
+    dp_t dp(comm, dev, m.layers(), o);
+    const int workers = comm.size() - 1;
+    REQUIRE(dp.worker_count() == workers);
+    REQUIRE(dp.serves_only() == (comm.rank() == workers));
+    if (dp.serves_only()) {
+        REQUIRE_THROWS_AS(dp.step(), hitch::config_error);
+        dp.serve();
+        return;
+    }
+    for (int s = 0; s < 12; ++s) {
+        m.gradients(s);
+        dp.step();
+    }
+    dp.finish();
+    const auto h = dp.staleness_histogram();
+    REQUIRE(h.size() == static_cast<std::size_t>(workers));
+    REQUIRE(h[static_cast<std::size_t>(workers - 1)] >= static_cast<std::uint64_t>(12 - workers));
+}
