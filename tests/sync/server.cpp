@@ -195,7 +195,7 @@ TEST_CASE("async: with N workers the staleness is N - 1, exactly in deterministi
                 REQUIRE(histogram.size() == static_cast<std::size_t>(p));
                 REQUIRE(histogram[static_cast<std::size_t>(p - 1)] >= 59 - static_cast<std::uint64_t>(p));
             } else {
-                REQUIRE(mean >= 0.4 * (p - 1));
+                REQUIRE(mean >= 0.3 * (p - 1));
                 REQUIRE(mean <= 2.0 * (p - 1) + 0.5);
             }
         }
@@ -210,7 +210,7 @@ TEST_CASE("backup workers: b = 0 is hard sync; a slow worker's gradients are dro
         o.backups = 0;
         expect_close(train<hitch::sync::backup_workers>(p, o, 6), train<hitch::sync::hard>(p, {}, 6), 1e-5f);
     }
-    const int p = 4, steps = 16, slow_ms = 40;
+    const int p = 4, steps = 16, slow_ms = 80;
     std::vector<double> seconds(p);
     std::vector<std::uint64_t> dropped(p);
     REQUIRE_NOTHROW(run_local(p, [&](local& comm) {
