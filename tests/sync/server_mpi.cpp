@@ -15,6 +15,7 @@
 #include "hitch/optim/sgd.hpp"
 #include "hitch/sync/async.hpp"
 #include "hitch/sync/backup_workers.hpp"
+#include "hitch/sync/easgd.hpp"
 #include "hitch/sync/hard.hpp"
 #include "hitch/sync/soft.hpp"
 #include "hitch/sync/ssp.hpp"
@@ -152,4 +153,52 @@ TEST_CASE("over MPI: a dedicated server rank serves while the others train", "[s
     const auto h = dp.staleness_histogram();
     REQUIRE(h.size() == static_cast<std::size_t>(workers));
     REQUIRE(h[static_cast<std::size_t>(workers - 1)] >= static_cast<std::uint64_t>(12 - workers));
+}
+
+TEST_CASE("over MPI: backup workers drop a slow worker's gradients; easgd's synchronous centre", "[sync][mpi]") {
+    mpi comm;
+    const int p = comm.size();
+    {
+        using dp_t = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::backup_workers>;
+        quad_model m(sizes, comm.rank());
+        hitch::cpu dev;
+        dp_t::options o;
+        o.sync.backups = 1;
+        dp_t dp(comm, dev, m.layers(), o);
+        for (int s = 0; s < 10; ++s) {
+            m.gradients(s);
+            if (comm.rank() == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(60));
+            dp.step();
+        }
+        const auto dropped = dp.dropped_gradients();
+        dp.finish();
+        if (comm.rank() == p - 1)
+            REQUIRE(dropped >= 1);
+        else
+            REQUIRE(dropped == 0);
+    }
+    {
+        // With a learning rate of 0 each rank only moves towards the centre, which starts at the mean of the
+        // initial parameters: x_r - alpha (x_r - mean).
+        using dp_t = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::easgd>;
+        quad_model m(sizes, comm.rank(), /*differ=*/true);
+        hitch::cpu dev;
+        dp_t::options o;
+        o.learning_rate = hitch::lr::constant({0.0});
+        o.sync.kind = hitch::sync::easgd::form::synchronous;
+        o.sync.period = 1;
+        o.sync.alpha = 0.25;
+        dp_t dp(comm, dev, m.layers(), o);
+        const auto x = m.flat();
+        m.gradients(0);
+        dp.step();
+        std::vector<float> mean(x.size(), 0.0f);
+        for (int r = 0; r < p; ++r) {
+            const auto xr = quad_model(sizes, r, true).flat();
+            for (std::size_t i = 0; i < x.size(); ++i) mean[i] += xr[i];
+        }
+        std::vector<float> want(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) want[i] = x[i] - 0.25f * (x[i] - mean[i] / static_cast<float>(p));
+        require_close(m.flat(), want);
+    }
 }
