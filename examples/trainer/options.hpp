@@ -82,7 +82,28 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
     add_whole<std::size_t>(app, "--synthetic-samples", c.synthetic_samples, "Training samples of --synthetic", 1,
                            std::size_t{1} << 24);
     add_whole<std::size_t>(app, "--max-steps", c.max_steps, "Stop after this many steps (0: all epochs)", 0);
+    add_whole<std::size_t>(app, "--eval-every", c.eval_every,
+                           "Also measure test accuracy every N steps (0: at the end of each epoch only)", 0);
     app.add_flag("!--no-progress-bar", c.progress_bar, "Plain progress lines even on a terminal");
+    app.add_option_function<std::string>(
+           "--slow-rank",
+           [&c](const std::string& v) {
+               if (detail::trimmed(v) == "-1") {
+                   c.slow_rank = -1;
+                   return;
+               }
+               try {
+                   c.slow_rank = parse_whole<int>("--slow-rank", v, 0, std::numeric_limits<int>::max());
+               } catch (const usage_error&) {
+                   if (double x = 0; !detail::read_real(detail::trimmed(v), x)) throw;  // "not a number"
+                   throw usage_error("--slow-rank must be -1 (none) or a rank, a whole number >= 0, got " +
+                                     detail::shown(detail::trimmed(v)));
+               }
+           },
+           "Make this rank a straggler: it sleeps --slow-ms after every backward pass (-1: none)")
+        ->type_name("INT")
+        ->default_str(std::to_string(c.slow_rank));
+    add_real(app, "--slow-ms", c.slow_ms, "Milliseconds --slow-rank sleeps in every step", r::closed(0.0, 3600000.0));
 }
 
 }  // namespace hitch_examples

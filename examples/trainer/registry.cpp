@@ -32,6 +32,13 @@ void check_combination(const train_config& c, int ranks) {
             "--optimizer sgd, momentum or nesterov (got '" +
             c.optimizer + "')");
     if (c.threads > 0 && c.allreduce == "native") throw usage_error(std::string(schedule_by_name::native_needs_mpi));
+    if (c.slow_ms > 0.0 && c.slow_rank < 0)
+        throw usage_error("--slow-ms " + detail::number_text(c.slow_ms) +
+                          " needs --slow-rank R, the rank to slow down");
+    if (ranks > 0 && c.slow_rank >= ranks)
+        throw usage_error("--slow-rank " + std::to_string(c.slow_rank) + " is not a rank of this run: it has " +
+                          std::to_string(ranks) +
+                          (ranks == 1 ? " rank (0)" : " ranks (0 to " + std::to_string(ranks - 1) + ")"));
     if (ranks > 0 && c.batch_size % static_cast<std::size_t>(ranks) != 0)
         throw usage_error("--batch-size " + std::to_string(c.batch_size) + " does not split evenly over " +
                           std::to_string(ranks) + " ranks");

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "hitch/compress/bf16.hpp"
 #include "hitch/compress/dgc.hpp"
 #include "hitch/compress/error_feedback.hpp"
@@ -164,6 +166,26 @@ typename P::options_type sync_options(const train_config& c) {
     typename P::options_type o{};
     if constexpr (std::is_same_v<P, hitch::sync::local_sgd>) o.period = c.local_sgd_period;
     return o;
+}
+
+/// The options the policy runs with, as the JSON line reports them ("sync_options"): the fields of
+/// P::options_type that the command line sets, read back from what sync_options<P> built.
+template <class P>
+nlohmann::ordered_json sync_options_json(const typename P::options_type& o) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    if constexpr (std::is_same_v<P, hitch::sync::local_sgd>) {
+        j["period"] = o.period;
+        j["average_optimizer_state"] = o.average_optimizer_state;
+    }
+    return j;
+}
+
+/// sync_options_json for the policy --sync names.
+inline nlohmann::ordered_json sync_options_json(const train_config& c) {
+    return with_sync(c.sync, [&](auto p) {
+        using P = typename decltype(p)::type;
+        return sync_options_json<P>(sync_options<P>(c));
+    });
 }
 
 }  // namespace hitch_examples

@@ -54,7 +54,11 @@ struct train_config {
     bool synthetic = false;
     std::size_t synthetic_samples = 8192;
     bool progress_bar = true;
-    std::size_t max_steps = 0;  // stop after this many steps (0: run every epoch)
+    std::size_t max_steps = 0;   // stop after this many steps (0: run every epoch)
+    std::size_t eval_every = 0;  // also evaluate every this many steps (0: at the end of each epoch only)
+    // a deliberately slow worker, to see what each sync policy does with a straggler
+    int slow_rank = -1;    // the rank that sleeps after every backward pass (-1: none)
+    double slow_ms = 0.0;  // milliseconds it sleeps
 };
 
 /// What a run reports; the trainer prints it as its last line.
@@ -67,6 +71,10 @@ struct train_result {
     /// use: the all-reduce schedules that ran (`automatic` resolved to its picks), or the compressed exchange
     /// (compressed_ring, allgather). Empty on one rank.
     std::vector<std::string> exchange;
+    /// The sync policy's staleness after each step (data_parallel::staleness()), over every step of every rank:
+    /// the mean and the largest.
+    double staleness_mean = 0.0;
+    std::uint64_t staleness_max = 0;
 };
 
 /// The data and model a trainer trains.
@@ -89,7 +97,7 @@ train_result train(Communicator& comm, const train_config& config, const task& t
 
 /// Throws usage_error naming both sides when options that each make sense cannot work together (local SGD with a
 /// compressor, DGC with a second momentum, MPI's own all-reduce on threads, a batch that does not split over
-/// `ranks`; 0: not known yet). train() checks it first.
+/// `ranks`, a --slow-rank that is not one of them; 0: not known yet). train() checks it first.
 void check_combination(const train_config& config, int ranks);
 
 /// The names each flag accepts.

@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/sampler.hpp"
@@ -193,6 +194,9 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     std::uint64_t samples = 0;
     double test_accuracy = 0.0;
     std::size_t steps_done = 0;
+    double staleness_sum = 0.0;
+    std::uint64_t staleness_max = 0;
+    const bool slowed = rank == config.slow_rank && config.slow_ms > 0.0;
     bool stop = false;
     std::size_t epoch = first_epoch;
     for (; epoch < config.epochs && !stop; ++epoch) {
@@ -210,7 +214,14 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             const double batch_loss = loss.forward(logits, loader.labels());
             model.backward(loss.gradient(), [&](std::size_t i) { dp.gradient_ready(i); });
             compute.reset();
+            if (slowed) {
+                const hitch::train::timeline::scoped_span slow(timeline.enabled() ? &timeline : nullptr, "--slow-ms",
+                                                               "compute");
+                std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config.slow_ms));
+            }
             hitch::train::step_metrics m = dp.step(batch_loss);
+            staleness_sum += static_cast<double>(dp.staleness());
+            staleness_max = std::max(staleness_max, dp.staleness());
             train_seconds += std::chrono::duration<double>(clock::now() - step_start).count();
             samples += loader.size() * static_cast<std::uint64_t>(p);
             loss_sum += batch_loss;
@@ -219,7 +230,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             ++steps_done;
             const bool last = step_in_epoch + 1 == steps_per_epoch;
             stop = config.max_steps != 0 && steps_done >= config.max_steps;
-            if (last || stop) {
+            if (last || stop || (config.eval_every != 0 && (m.step + 1) % config.eval_every == 0)) {
                 test_accuracy = evaluate();
                 m.accuracy = test_accuracy;
             }
@@ -263,6 +274,18 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     const auto times = hitch::comm::allgather_value(comm, r.train_seconds);
     r.train_seconds = *std::max_element(times.begin(), times.end());
     r.samples_per_s = r.train_seconds > 0 ? static_cast<double>(samples) / r.train_seconds : 0.0;
+    struct staleness_totals {
+        double sum;
+        std::uint64_t steps, max;
+    };
+    double all_sum = 0.0, all_steps = 0.0;
+    for (const auto& s :
+         hitch::comm::allgather_value(comm, staleness_totals{staleness_sum, steps_done, staleness_max})) {
+        all_sum += s.sum;
+        all_steps += static_cast<double>(s.steps);
+        r.staleness_max = std::max(r.staleness_max, s.max);
+    }
+    r.staleness_mean = all_steps > 0.0 ? all_sum / all_steps : 0.0;
     return r;
 }
 

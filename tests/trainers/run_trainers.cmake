@@ -13,8 +13,8 @@ endfunction()
 
 # The last line must be one JSON object with exactly the summary keys of docs/metrics.md, in order (the same list
 # as summary_keys below; metrics_schema checks the docs themselves); sets <prefix>_<key> for each.
-set(summary_keys example model ranks nodes optimizer compressor sync allreduce exchange kernel_isa epochs batch_size
-                 test_accuracy train_seconds samples_per_s)
+set(summary_keys example model ranks nodes optimizer compressor sync sync_options allreduce exchange kernel_isa epochs
+                 batch_size slow_rank slow_ms test_accuracy train_seconds samples_per_s staleness_mean staleness_max)
 function(check_final_line output prefix)
   string(STRIP "${output}" output)
   string(REGEX REPLACE ".*\n" "" last "${output}")
@@ -23,8 +23,10 @@ function(check_final_line output prefix)
   if(NOT count EQUAL expected)
     message(FATAL_ERROR "final line has ${count} keys, not ${expected}: ${last}")
   endif()
-  # CMake's JSON reader sorts members, so the order is checked on the text (exchange is the one array).
+  # CMake's JSON reader sorts members, so the order is checked on the text (exchange is the one array,
+  # sync_options the one object).
   string(REGEX REPLACE "\\[[^]]*\\]" "[]" flat "${last}")
+  string(REGEX REPLACE ":{[^{}]*}" ":{}" flat "${flat}")
   list(JOIN summary_keys "\":[^,]*,\"" pattern)
   if(NOT flat MATCHES "^{\"${pattern}\":[^,]*}$")
     message(FATAL_ERROR "the final line's keys are not, in order, ${summary_keys}: ${last}")
@@ -95,10 +97,16 @@ if(CASE STREQUAL "mnist_mpi")
   if(NOT png STREQUAL "89504e470d0a1a0a")
     message(FATAL_ERROR "--plot did not write a PNG")
   endif()
-  file(STRINGS "${WORK}/m.jsonl" lines)
+  file(STRINGS "${WORK}/m.jsonl" lines REGEX "^{\"step\":")
   list(LENGTH lines n)
   if(NOT n EQUAL 150)
     message(FATAL_ERROR "${n} metrics lines for 150 steps")
+  endif()
+  # The file ends with the summary line printed on stdout.
+  file(STRINGS "${WORK}/m.jsonl" lines)
+  list(GET lines -1 tail)
+  if(NOT tail STREQUAL j_line)
+    message(FATAL_ERROR "the metrics file does not end with the summary line:\n${tail}\n${j_line}")
   endif()
 elseif(CASE STREQUAL "bad_names")
   foreach(flag_value IN ITEMS "--optimizer;adamx;adamw" "--compressor;zip;powersgd" "--sync;eventual;local_sgd"
@@ -210,9 +218,15 @@ elseif(CASE STREQUAL "metrics_schema")
         --metrics ${WORK}/cifar.jsonl)
   expect_ok(c)
   check_final_line("${c}" one)
-  file(WRITE "${WORK}/summary.jsonl" "${mpi_line}\n${topk_line}\n${one_line}\n")
-  run(k ${KEYS} ${DOCS} summary=${WORK}/summary.jsonl step=${WORK}/mpi.jsonl step=${WORK}/mpi.jsonl.rank1
-        step=${WORK}/topk.jsonl step=${WORK}/cifar.jsonl)
+  # Local SGD averaging every 2 steps, rank 1 of 2 slowed by 50 ms a step, test accuracy after step 3 and the last.
+  run(d ${MNIST} --threads 2 --synthetic --synthetic-samples 256 --batch-size 64 --max-steps 4 --no-progress-bar
+        --sync local_sgd --local-sgd-period 2 --slow-rank 1 --slow-ms 50 --eval-every 3 --metrics ${WORK}/local.jsonl)
+  expect_ok(d)
+  check_final_line("${d}" local)
+  file(WRITE "${WORK}/summary.jsonl" "${mpi_line}\n${topk_line}\n${one_line}\n${local_line}\n")
+  run(k ${KEYS} ${DOCS} summary=${WORK}/summary.jsonl metrics=${WORK}/mpi.jsonl step=${WORK}/mpi.jsonl.rank1
+        metrics=${WORK}/topk.jsonl metrics=${WORK}/cifar.jsonl metrics=${WORK}/local.jsonl
+        step=${WORK}/local.jsonl.rank1)
   if(NOT k_result EQUAL 0)
     message(FATAL_ERROR "the JSON lines and docs/metrics.md disagree:\n${k}${k_error}")
   endif()
@@ -229,6 +243,40 @@ elseif(CASE STREQUAL "metrics_schema")
   if(NOT first MATCHES "^(allgather|compressed_ring)$")
     message(FATAL_ERROR "topk's exchange is a compressed one: ${topk_line}")
   endif()
+  # Hard sync: no staleness, no options, no slowed rank.
+  string(JSON n LENGTH "${mpi_line}" sync_options)
+  if(NOT n EQUAL 0 OR NOT mpi_staleness_mean EQUAL 0 OR NOT mpi_staleness_max EQUAL 0 OR NOT mpi_slow_rank EQUAL -1
+     OR NOT mpi_slow_ms EQUAL 0)
+    message(FATAL_ERROR "hard sync, nothing slowed: ${mpi_line}")
+  endif()
+  # Local SGD with period 2: after steps 1..4 a rank is 1, 0, 1, 0 local steps past its last average.
+  string(JSON period GET "${local_line}" sync_options period)
+  if(NOT period EQUAL 2 OR NOT local_staleness_mean EQUAL 0.5 OR NOT local_staleness_max EQUAL 1)
+    message(FATAL_ERROR "local_sgd, period 2, 4 steps: staleness mean 0.5 and max 1 expected: ${local_line}")
+  endif()
+  # Rank 1 slept 50 ms in each of its 4 steps; the slowest rank's time counts.
+  if(NOT local_slow_rank EQUAL 1 OR NOT local_slow_ms EQUAL 50 OR local_train_seconds LESS 0.2)
+    message(FATAL_ERROR "rank 1 slowed by 4 x 50 ms: ${local_line}")
+  endif()
+  file(STRINGS "${WORK}/local.jsonl" steps REGEX "^{\"step\":")
+  set(evaluated "")
+  foreach(step IN LISTS steps)
+    string(JSON type TYPE "${step}" accuracy)
+    string(JSON index GET "${step}" step)
+    if(NOT type STREQUAL "NULL")
+      list(APPEND evaluated ${index})
+    endif()
+  endforeach()
+  if(NOT evaluated STREQUAL "2;3")
+    message(FATAL_ERROR "--eval-every 3 over 4 steps: accuracy on steps '${evaluated}', expected 2 and 3")
+  endif()
+  file(STRINGS "${WORK}/local.jsonl.rank1" slow_steps)
+  foreach(step IN LISTS slow_steps)
+    string(JSON ms GET "${step}" compute_ms)
+    if(ms LESS 50)
+      message(FATAL_ERROR "a step of the slowed rank 1 took ${ms} ms of compute, not 50 or more: ${step}")
+    endif()
+  endforeach()
 elseif(CASE STREQUAL "bad_options")
   # A row per option and bad value: negative, zero, not a number, overflowing, not finite, out of range. The message
   # names the option and the value as typed; the last field, when there is one, is a phrase it must also hold.
@@ -242,7 +290,10 @@ elseif(CASE STREQUAL "bad_options")
            "--terngrad-clip|-2|" "--qsgd-levels|0|" "--qsgd-levels|4294967296|from 1 to 1048576"
            "--powersgd-rank|65|from 1 to 64" "--local-sgd-period|0|" "--bucket-mib|0|" "--bucket-mib|2048|"
            "--threads|65|from 0 to 64" "--threads|-2|" "--blas-threads|0|" "--synthetic-samples|0|"
-           "--max-steps|-1|>= 0" "--max-steps|1.5|" "--optimizer|adamx|sgd, momentum" "--model|vgg|mlp, cnn")
+           "--max-steps|-1|>= 0" "--max-steps|1.5|" "--optimizer|adamx|sgd, momentum" "--model|vgg|mlp, cnn"
+           "--slow-rank|-2|-1 (none) or a rank" "--slow-rank|1.5|-1 (none) or a rank" "--slow-rank|x|is not a number"
+           "--slow-rank|99999999999|" "--slow-ms|-1|from 0 to 3600000" "--slow-ms|nan|" "--slow-ms|inf|"
+           "--eval-every|-1|>= 0" "--eval-every|x|is not a number")
   foreach(row IN LISTS rows)
     string(REPLACE "|" ";" fields "${row}")
     list(GET fields 0 flag)
@@ -271,6 +322,12 @@ elseif(CASE STREQUAL "bad_options")
   expect_one_line(r 2 "--sync local_sgd" "--compressor none" "'topk'")
   run_to_file(r ${MNIST} --threads 2 --allreduce native)
   expect_one_line(r 2 "--allreduce native" "--threads")
+  run_to_file(r ${MNIST} --threads 2 --slow-rank 2 --synthetic)
+  expect_one_line(r 2 "--slow-rank 2" "2 ranks (0 to 1)")
+  run_to_file(r ${MPIEXEC} -n 2 ${MNIST} --slow-rank 3 --data ${WORK}/nothing)
+  expect_one_line(r 2 "--slow-rank 3" "2 ranks (0 to 1)")
+  run_to_file(r ${MNIST} --threads 2 --slow-ms 20 --synthetic)
+  expect_one_line(r 2 "--slow-ms 20" "--slow-rank")
   run_to_file(r ${MNIST} --epochs)
   expect_one_line(r 2 "--epochs")
   run_to_file(r ${MNIST} --epoch 3)
