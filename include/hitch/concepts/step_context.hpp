@@ -49,6 +49,8 @@ struct step_result {
     bool synchronized = false;
     /// Staleness of the gradients applied in this step, in steps (parameter versions, for a parameter server).
     std::uint64_t staleness = 0;
+    /// Gradients of this rank that were not applied because the step had its quorum without them (backup workers).
+    std::uint64_t dropped = 0;
 };
 
 /// One exchange of a worker with the parameter server (every shard).

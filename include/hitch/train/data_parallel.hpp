@@ -24,443 +24,32 @@
 // mismatch_error naming the ranks and layers that differ. A layer that never got gradient_ready in a step where
 // others did is config_error naming it, at step(). Checkpoints (save/load) resume exactly (train/checkpoint.hpp).
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <ostream>
-#include <span>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "hitch/allreduce/automatic.hpp"
-#include "hitch/allreduce/schedule.hpp"
-#include "hitch/amp/loss_scaler.hpp"
 #include "hitch/amp/mixed_precision.hpp"
-#include "hitch/amp/nonfinite.hpp"
-#include "hitch/comm/agree.hpp"
 #include "hitch/compress/none.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/concepts/device.hpp"
 #include "hitch/concepts/optimizer.hpp"
 #include "hitch/concepts/sync_policy.hpp"
-#include "hitch/core/dtype.hpp"
-#include "hitch/core/error.hpp"
 #include "hitch/core/layer.hpp"
-#include "hitch/optim/model_optimizer.hpp"
 #include "hitch/sync/hard.hpp"
-#include "hitch/train/bucket_pipeline.hpp"
 #include "hitch/train/checkpoint.hpp"
-#include "hitch/train/engine_checkpoint.hpp"
+#include "hitch/train/engine.hpp"
 #include "hitch/train/engine_interface.hpp"
-#include "hitch/train/gradient_exchange.hpp"
-#include "hitch/train/layer_agreement.hpp"
-#include "hitch/train/master_weights.hpp"
 #include "hitch/train/metrics.hpp"
 #include "hitch/train/options.hpp"
-#include "hitch/train/shared_parameters.hpp"
-#include "hitch/train/timeline.hpp"
 
 namespace hitch {
-
-namespace train::detail {
-
-using hitch::detail::concat;
-
-template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
-class engine final : public engine_base {
-public:
-    using options_type = data_parallel_options<O, X, P, S>;
-    using user_layer = typename master_weights<Param, D>::user_layer;
-
-    engine(C& comm, D& dev, std::vector<user_layer> layers, const options_type& options)
-        : options_((options.validate(), options)),
-          control_(comm.split(0, comm.rank())),
-          self_(asynchronous_policy<P> ? std::optional<C>(comm.split(comm.rank(), 0)) : std::nullopt),
-          group_(comm),
-          weights_(dev, agreed_layers(control_, std::move(layers))),
-          buckets_(group_, options_.compressor, weights_.layers(), options_.bucket_bytes, options_.check_collectives,
-                   options_.timeline),
-          policy_(options_.sync),
-          timeline_(options_.timeline),
-          pipeline_([this](std::size_t b) { run_bucket(b); }) {
-        static_assert(D::space == memory_space::host, "hitch::data_parallel runs on host devices (hitch::cpu)");
-        static_assert(allreduce::check_schedule<S, C>());
-        ready_.assign(layers32().size(), 0);
-        ready_in_bucket_.assign(buckets_.size(), 0);
-        optimizer_.emplace(options_.optimizer, layers32(), dev, options_.execution);
-        if (options_.loss_scaling) scaler_.emplace(agreement(), options_.scaler);
-        if constexpr (shared_memory_policy<P>) {
-            static_assert(shares_address_space<C>,
-                          "hitch::data_parallel: this sync policy (Hogwild) updates one parameter array shared by "
-                          "every rank; it needs a communicator whose ranks are threads of one process (comm::local)");
-            if constexpr (shares_address_space<C>)
-                shared_ = train::detail::shared_parameters::share(control_, layers32(), 1);
-        }
-        if (options_.overlap && P::exchanges_gradients) pipeline_.start();
-        last_step_end_ = std::chrono::steady_clock::now();
-    }
-
-    // ---- the public operations --------------------------------------------------------------------------------
-
-    void gradient_ready(std::size_t layer) override {
-        if (layer >= layers32().size())
-            throw config_error(concat("hitch::data_parallel::gradient_ready: layer ", layer,
-                                      " is outside the allowed range [0, ", layers32().size(), ")"));
-        if (ready_[layer] != 0)
-            throw config_error(concat("hitch::data_parallel::gradient_ready: layer ", layer, " ('",
-                                      layers32()[layer].name, "') was reported twice in step ", step_));
-        used_gradient_ready_ = true;
-        mark_ready(layer);
-    }
-
-    step_metrics step(std::optional<double> loss) override {
-        const auto start = std::chrono::steady_clock::now();
-        compute_ms_ = ms(last_step_end_, start);
-        if (step_ == 0 || !first_step_) first_step_ = last_step_end_;
-        lr_ = options_.learning_rate(step_, options_.steps_per_epoch);
-        // Bytes sent and comm_ns_ count from the end of the previous step: buckets launched by gradient_ready
-        // during this step's backward pass belong to it.
-        sync::step_result result;
-        try {
-            result = policy_.step(*this);
-        } catch (...) {
-            reset_step();
-            (void)buckets_.take_bytes_sent();
-            comm_ns_.store(0);
-            throw;
-        }
-        reset_step();
-        ++step_;
-        ++since_replica_check_;
-        if (options_.replica_check_interval != 0 && result.synchronized &&
-            since_replica_check_ >= options_.replica_check_interval) {
-            check_replicas();
-            since_replica_check_ = 0;
-        }
-        step_metrics m;
-        m.step = step_ - 1;
-        m.epoch = (step_ - 1) / options_.steps_per_epoch;
-        m.rank = control_.rank();
-        m.loss = loss;
-        m.lr = lr_;
-        m.loss_scale = scaler_ ? static_cast<double>(scaler_->scale()) : 1.0;
-        m.skipped = !result.applied;
-        m.bytes_sent = buckets_.take_bytes_sent();
-        m.comm_ms = static_cast<double>(comm_ns_.exchange(0)) * 1e-6;
-        m.compute_ms = compute_ms_;
-        m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *first_step_).count();
-        if (options_.metrics != nullptr) metrics_writer(*options_.metrics).write(m);
-        staleness_ = result.staleness;
-        last_step_end_ = std::chrono::steady_clock::now();
-        return m;
-    }
-
-    [[nodiscard]] double learning_rate() const override {
-        return options_.learning_rate(step_, options_.steps_per_epoch);
-    }
-    [[nodiscard]] float loss_scale() const override { return scaler_ ? scaler_->scale() : 1.0f; }
-    [[nodiscard]] std::uint64_t step_index() const override { return step_; }
-    [[nodiscard]] std::uint64_t staleness() const override { return staleness_; }
-    [[nodiscard]] int rank() const override { return control_.rank(); }
-    [[nodiscard]] int size() const override { return control_.size(); }
-    [[nodiscard]] std::size_t bucket_count() const override { return buckets_.size(); }
-    [[nodiscard]] std::uint64_t parameter_hash() const override { return weights_.hash(); }
-
-    [[nodiscard]] std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const override {
-        return prefix.string() + concat(".rank", rank(), "-of-", size());
-    }
-
-    void save(const std::filesystem::path& prefix,
-              const std::vector<std::pair<std::string, std::vector<std::byte>>>& extra) override {
-        require_idle("save");
-        checkpoint_writer w;
-        write_meta(w, identity(), step_);
-        write_parameters(w, layers32());
-        w.add_stream("hitch.optimizer", [&](std::ostream& os) { optimizer_->save(os); });
-        write_codec_states(w, buckets_.codec(), buckets_.size(),
-                           [&](std::size_t b) -> const auto& { return *buckets_[b].codec_state; });
-        if (scaler_) write_scaler(w, scaler_->state());
-        write_sync(w, policy_);
-        write_schedule(w, options_.schedule);
-        for (const auto& [name, bytes] : extra) {
-            if (name.rfind("hitch.", 0) == 0)
-                throw config_error(concat("hitch::data_parallel::save: section name '", name,
-                                          "' is reserved (sections of your own must not start with 'hitch.')"));
-            w.add(name, bytes);
-        }
-        w.commit(checkpoint_path(prefix));
-    }
-
-    checkpoint_reader load(const std::filesystem::path& prefix) override {
-        require_idle("load");
-        checkpoint_reader r(checkpoint_path(prefix));
-        // Everything is validated before anything changes; the optimizer's load, which commits, comes last.
-        const std::uint64_t saved_step = read_meta(r, identity());
-        const auto params = read_parameters(r, layers32());
-        auto codec_states = read_codec_states(r, buckets_.codec(), buckets_.size(),
-                                              [&](std::size_t b) { return buckets_.make_codec_state(b); });
-        std::optional<amp::loss_scaler_state> scaler_state;
-        if (scaler_) scaler_state = read_scaler(r, options_.scaler);
-        P policy = read_sync(r, policy_);
-        std::optional<S> schedule = read_schedule(r, options_.schedule);
-        {
-            auto stream = r.stream("hitch.optimizer");
-            optimizer_->load(stream);
-        }
-        restore_parameters(params, layers32());
-        weights_.write_back();
-        for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].codec_state = std::move(codec_states[b]);
-        if (scaler_state) scaler_->set_state(*scaler_state);
-        policy_ = std::move(policy);
-        if constexpr (stateful_schedule<S>)
-            if (schedule) options_.schedule = std::move(*schedule);
-        step_ = saved_step;
-        return r;
-    }
-
-    // ---- the step context the sync policy drives (see hitch/concepts/sync_policy.hpp) -------------------------
-
-    bool finish_gradient_exchange() {
-        if (used_gradient_ready_)
-            require_every_layer_ready();
-        else
-            for (std::size_t k = 0; k < layers32().size(); ++k) mark_ready(k);
-        pipeline_.finish();
-        return agree_on_step(control_);
-    }
-
-    bool check_local_gradients() {
-        if (used_gradient_ready_) require_every_layer_ready();
-        for (std::size_t b = 0; b < buckets_.size(); ++b) prepare_bucket(b, /*pack=*/false);
-        return agree_on_step(control_);
-    }
-
-    void apply_optimizer() {
-        auto span = trace("optimizer", "compute");
-        optimizer_->step(static_cast<float>(lr_));
-        weights_.write_back();
-    }
-
-    void average_parameters(bool with_state) {
-        auto span = trace("average parameters", "comm");
-        const auto start = std::chrono::steady_clock::now();
-        buckets_.average_parameters(options_.schedule);
-        if (with_state)
-            for (std::size_t k = 0; k < layers32().size(); ++k)
-                for (tensor_view<float> buffer : optimizer_->state(k).buffers())
-                    buckets_.average(buffer, options_.schedule);
-        weights_.write_back();
-        comm_ns_ += ns(start, std::chrono::steady_clock::now());
-    }
-
-    // parameter_context
-    [[nodiscard]] std::span<const hitch::layer> parameters() const noexcept { return layers32(); }
-    void average(std::span<float> buffer) {
-        auto span = trace("average", "comm");
-        const auto start = std::chrono::steady_clock::now();
-        buckets_.average(tensor_view<float>(buffer.data(), buffer.size()), options_.schedule);
-        comm_ns_ += ns(start, std::chrono::steady_clock::now());
-    }
-    void parameters_changed() { weights_.write_back(); }
-    bool prepare_local_gradients() {
-        if (used_gradient_ready_) require_every_layer_ready();
-        for (std::size_t b = 0; b < buckets_.size(); ++b) prepare_bucket(b, /*pack=*/false);
-        return agree_on_step(agreement());
-    }
-
-    // shared_memory_context (policies that declare shares_memory, over communicators that share an address space)
-    [[nodiscard]] std::span<const hitch::layer> shared_parameters() const
-        requires shared_memory_policy<P>
-    {
-        return shared_.layers();
-    }
-    std::atomic<std::uint64_t>& shared_updates()
-        requires shared_memory_policy<P>
-    {
-        return shared_.updates();
-    }
-
-private:
-    using bucket = typename gradient_exchange<X, S, C>::bucket;
-
-    /// Whom this rank agrees with on loss scaling and non-finite gradients: every rank, or (asynchronous
-    /// policies) itself alone.
-    C& agreement() noexcept { return self_ ? *self_ : control_; }
-
-    static std::vector<user_layer> agreed_layers(C& control, std::vector<user_layer> layers) {
-        check_layers_locally(std::span<const user_layer>(layers));
-        agree_on_layers(control, std::span<const user_layer>(layers), dtype_of<Param>());
-        return layers;
-    }
-    static std::uint64_t ns(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-        return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
-    }
-    static double ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-        return std::chrono::duration<double, std::milli>(b - a).count();
-    }
-    [[nodiscard]] timeline::scoped_span trace(std::string name, std::string category) {
-        return train::trace(timeline_, std::move(name), std::move(category));
-    }
-    [[nodiscard]] const std::vector<hitch::layer>& layers32() const noexcept { return weights_.layers(); }
-
-    [[nodiscard]] checkpoint_identity identity() const {
-        return {size(),
-                rank(),
-                O::name,
-                X::name,
-                P::name,
-                dtype_of<Param>(),
-                buckets_.size(),
-                options_.bucket_bytes,
-                scaler_.has_value(),
-                layers32()};
-    }
-
-    // ---- buckets ----------------------------------------------------------------------------------------------
-
-    /// Layer k's gradient is final; launches, in order, every bucket whose layers all are.
-    void mark_ready(std::size_t layer) {
-        if (ready_[layer] != 0) return;
-        ready_[layer] = 1;
-        if (!P::exchanges_gradients) return;
-        ++ready_in_bucket_[buckets_.bucket_of(layer)];
-        std::size_t end = pipeline_.launched();
-        while (end < buckets_.size() && ready_in_bucket_[end] == buckets_.plan(end).layers.size()) ++end;
-        pipeline_.launch_until(end);
-    }
-
-    void require_every_layer_ready() const {
-        std::string missing;
-        for (std::size_t k = 0; k < ready_.size(); ++k)
-            if (ready_[k] == 0) missing += concat(missing.empty() ? "" : ", ", k, " ('", layers32()[k].name, "')");
-        if (!missing.empty())
-            throw config_error(concat("hitch::data_parallel::step: step ", step_, " on rank ", control_.rank(),
-                                      ": gradient_ready was called for some layers but never for layer(s) ", missing));
-    }
-
-    /// Unscales (loss scaling), converts (mixed precision) and checks this rank's gradients of bucket b, and packs
-    /// them into the bucket; a bucket with a non-finite gradient is zeroed so it pollutes neither the other ranks'
-    /// sums nor this rank's compressor state.
-    void prepare_bucket(std::size_t b, bool pack) {
-        auto span = trace(concat("prepare bucket ", b), "pack");
-        bucket& bk = buckets_[b];
-        const bucket_plan& plan = buckets_.plan(b);
-        bk.local_bad = false;
-        bk.report = {};
-        for (std::size_t i = 0; i < plan.layers.size(); ++i) {
-            const std::size_t k = plan.layers[i];
-            const hitch::layer& l = layers32()[k];
-            bool overflow = false;
-            if constexpr (master_weights<Param, D>::mixed_precision) {
-                const auto& low = weights_.user_layers()[k];
-                if (scaler_) {
-                    overflow = scaler_->unscale(tensor_view<const Param>(low.grads.data(), low.grads.size()), l.grads);
-                } else {
-                    for (std::size_t e = 0; e < l.size(); ++e) l.grads[e] = static_cast<float>(low.grads[e]);
-                }
-            } else if (scaler_) {
-                overflow = scaler_->unscale(l.grads);
-            }
-            if (!scaler_ && bk.report.layer < 0) {
-                const std::size_t bad = amp::detail::first_nonfinite(tensor_view<const float>(l.grads.data(), l.size()),
-                                                                     options_.execution);
-                if (bad != amp::detail::npos)
-                    bk.report = {static_cast<std::int64_t>(k), static_cast<std::int64_t>(bad), l.grads[bad]};
-            }
-            bk.local_bad |= overflow || bk.report.layer >= 0;
-            if (pack) std::memcpy(bk.data.data() + plan.offsets[i], l.grads.data(), l.size() * sizeof(float));
-        }
-        if (pack && bk.local_bad) std::fill(bk.data.begin(), bk.data.end(), 0.0f);
-    }
-
-    void run_bucket(std::size_t b) {
-        prepare_bucket(b, /*pack=*/true);
-        const auto start = std::chrono::steady_clock::now();
-        {
-            auto span = trace(concat("exchange bucket ", b), "comm");
-            buckets_.exchange(b, options_.schedule);
-        }
-        comm_ns_ += ns(start, std::chrono::steady_clock::now());
-        buckets_.unpack_gradients(b);
-    }
-
-    /// Every rank of `with` learns whether any rank's gradients were not finite; returns whether to apply the step.
-    bool agree_on_step(C& with) {
-        auto span = trace("agree", "comm");
-        bool local_bad = false;
-        amp::detail::nonfinite_report report{};
-        for (std::size_t b = 0; b < buckets_.size(); ++b) {
-            local_bad |= buckets_[b].local_bad;
-            if (report.layer < 0 && buckets_[b].report.layer >= 0) report = buckets_[b].report;
-        }
-        if (scaler_) return scaler_->update(local_bad);
-        const auto reports = amp::detail::gather_reports(with, report);
-        const bool any = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.layer >= 0; });
-        if (!any) return true;
-        if (options_.nonfinite == amp::nonfinite_policy::skip_step) return false;
-        throw amp::nonfinite_gradient_error(
-            concat("hitch::data_parallel: ",
-                   amp::detail::describe(reports, step_, true, [&](std::size_t k) { return layers32().at(k).name; })));
-    }
-
-    void reset_step() {
-        std::fill(ready_.begin(), ready_.end(), 0);
-        std::fill(ready_in_bucket_.begin(), ready_in_bucket_.end(), 0);
-        used_gradient_ready_ = false;
-        pipeline_.reset();
-    }
-
-    void require_idle(std::string_view what) const {
-        if (used_gradient_ready_ || pipeline_.launched() != 0)
-            throw config_error(concat("hitch::data_parallel::", what,
-                                      ": a step is in progress (gradient_ready was called); call it between steps"));
-    }
-
-    void check_replicas() {
-        auto span = trace("replica check", "comm");
-        comm::agree(control_, parameter_hash(),
-                    concat("hitch::data_parallel: replica check after step ", step_ - 1, ": parameter hashes differ"),
-                    [](std::ostream& os, std::uint64_t h) { os << "0x" << std::hex << h << std::dec; });
-    }
-
-    options_type options_;
-    C control_;                  // agreement traffic (layer checks, overflow flags, replica hashes)
-    std::optional<C> self_;      // asynchronous policies: this rank alone, for per-rank agreement
-    allreduce::group<C> group_;  // gradient and parameter collectives
-    master_weights<Param, D> weights_;
-    gradient_exchange<X, S, C> buckets_;
-    std::vector<unsigned char> ready_;
-    std::vector<std::size_t> ready_in_bucket_;  // per bucket: how many of its layers are ready
-    bool used_gradient_ready_ = false;
-    P policy_;
-    std::optional<optim::model_optimizer<O, D>> optimizer_;
-    std::optional<amp::loss_scaler<C>> scaler_;
-    timeline* timeline_;
-    train::detail::shared_parameters shared_;
-
-    std::uint64_t step_ = 0;
-    std::uint64_t since_replica_check_ = 0;
-    std::uint64_t staleness_ = 0;
-    double lr_ = 0.0;
-    double compute_ms_ = 0.0;
-    std::atomic<std::uint64_t> comm_ns_{0};
-    std::chrono::steady_clock::time_point last_step_end_;
-    std::optional<std::chrono::steady_clock::time_point> first_step_;
-
-    bucket_pipeline pipeline_;  // last: destroyed first, so its worker stops before what it uses goes
-};
-
-}  // namespace train::detail
 
 /// Data-parallel training with the optimizer, compressor, sync policy and all-reduce schedule as template
 /// arguments (see the file comment). Move-only.
@@ -505,7 +94,8 @@ public:
     }
     /// Restores a checkpoint written by save() under the same configuration; returns the reader so you can read
     /// your own sections. A corrupt file is corrupt_message_error, another configuration mismatch_error; either
-    /// way nothing changes.
+    /// way nothing changes. Under a shared-memory policy (sync::hogwild) it is collective: rank 0's loaded
+    /// parameters refill the shared array.
     train::checkpoint_reader load(const std::filesystem::path& prefix) { return engine_->load(prefix); }
     [[nodiscard]] std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const {
         return engine_->checkpoint_path(prefix);
@@ -518,6 +108,20 @@ public:
     /// Steps taken so far (applied or skipped).
     [[nodiscard]] std::uint64_t step_index() const { return engine_->step_index(); }
     [[nodiscard]] std::uint64_t staleness() const { return engine_->staleness(); }
+    /// How many applied steps had each staleness (index: staleness in steps or parameter versions; the last
+    /// entry also counts everything staler). Trailing zeros are trimmed.
+    [[nodiscard]] std::vector<std::uint64_t> staleness_histogram() const { return engine_->staleness_histogram(); }
+    /// This rank's gradients that a backup-workers step dropped.
+    [[nodiscard]] std::uint64_t dropped_gradients() const { return engine_->dropped_gradients(); }
+    /// Parameter-server policies with dedicated servers: this rank only serves; call serve() instead of training.
+    [[nodiscard]] bool serves_only() const { return engine_->serves_only(); }
+    /// Ranks that train (the ranks less the dedicated servers).
+    [[nodiscard]] int worker_count() const { return engine_->worker_count(); }
+    /// A dedicated server rank: serves until every worker has finished.
+    void serve() { engine_->serve(); }
+    /// A worker is done training: the parameter servers stop counting it (and a co-located server serves the
+    /// other workers until they finish too). Also done by the destructor; call it to see its errors.
+    void finish() { engine_->finish(); }
     [[nodiscard]] int rank() const { return engine_->rank(); }
     [[nodiscard]] int size() const { return engine_->size(); }
     [[nodiscard]] std::size_t bucket_count() const { return engine_->bucket_count(); }

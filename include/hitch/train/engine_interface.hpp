@@ -28,6 +28,12 @@ public:
     [[nodiscard]] virtual float loss_scale() const = 0;
     [[nodiscard]] virtual std::uint64_t step_index() const = 0;
     [[nodiscard]] virtual std::uint64_t staleness() const = 0;
+    [[nodiscard]] virtual std::vector<std::uint64_t> staleness_histogram() const = 0;
+    [[nodiscard]] virtual std::uint64_t dropped_gradients() const = 0;
+    [[nodiscard]] virtual bool serves_only() const = 0;
+    [[nodiscard]] virtual int worker_count() const = 0;
+    virtual void serve() = 0;
+    virtual void finish() = 0;
     [[nodiscard]] virtual int rank() const = 0;
     [[nodiscard]] virtual int size() const = 0;
     [[nodiscard]] virtual std::uint64_t parameter_hash() const = 0;

@@ -56,6 +56,22 @@ public:
         return s;
     }
 
+    /// Collective over `control`, on ranks that hold the block: rank 0's parameters replace the block's (a
+    /// checkpoint was loaded) and the update count starts again from 0. No rank reads or writes the block until
+    /// every rank has returned.
+    template <communicator C>
+    void refill(C& control, std::span<const hitch::layer> masters) {
+        control.barrier();
+        if (control.rank() == 0) {
+            for (std::size_t k = 0; k < masters.size(); ++k)
+                if (masters[k].size() != 0)
+                    std::memcpy(block_->layers[k].params.data(), masters[k].params.data(),
+                                masters[k].size() * sizeof(float));
+            block_->updates.store(0);
+        }
+        control.barrier();
+    }
+
     [[nodiscard]] std::span<const hitch::layer> layers() const noexcept {
         return block_ ? std::span<const hitch::layer>(block_->layers) : std::span<const hitch::layer>();
     }
