@@ -8,7 +8,7 @@ CLANG_BUILD ?= build-clang
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 # The families whose tests run threads against each other: built a second time with clang by make test.
-CLANG_FAMILIES ?= core;parallel;comm;allreduce;train
+CLANG_FAMILIES ?= core;parallel;comm;allreduce;train;sync
 CLANG_EXAMPLES ?= OFF
 
 .PHONY: all deps configure build test test-gcc test-clang-threads test-clang demo format format-check clean

@@ -24,6 +24,7 @@
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/concepts/device.hpp"
 #include "hitch/concepts/optimizer.hpp"
+#include "hitch/concepts/step_context.hpp"
 #include "hitch/concepts/sync_policy.hpp"
 
 #include "hitch/device/buffer.hpp"
@@ -62,8 +63,14 @@
 #include "hitch/amp/mixed_precision.hpp"
 #include "hitch/amp/nonfinite.hpp"
 
+#include "hitch/sync/async.hpp"
+#include "hitch/sync/backup_workers.hpp"
+#include "hitch/sync/easgd.hpp"
 #include "hitch/sync/hard.hpp"
+#include "hitch/sync/hogwild.hpp"
 #include "hitch/sync/local_sgd.hpp"
+#include "hitch/sync/soft.hpp"
+#include "hitch/sync/ssp.hpp"
 
 #include "hitch/train/checkpoint.hpp"
 #include "hitch/train/data_parallel.hpp"

@@ -125,8 +125,7 @@ TEST_CASE("soft sync with c = workers, no scaling, deterministic order equals ha
     }
 }
 
-TEST_CASE("ssp: no worker is ever more than s clocks ahead of the slowest; s = 0 is bulk-synchronous",
-          "[sync][ssp]") {
+TEST_CASE("ssp: no worker is ever more than s clocks ahead of the slowest; s = 0 is bulk-synchronous", "[sync][ssp]") {
     for (int p : {2, 3, 4})
         for (std::uint64_t s : {std::uint64_t{0}, std::uint64_t{2}}) {
             CAPTURE(p, s);
@@ -147,8 +146,7 @@ TEST_CASE("ssp: no worker is ever more than s clocks ahead of the slowest; s = 0
                     for (const auto& c : started) slowest = std::min(slowest, c.load());
                     std::uint64_t ahead = static_cast<std::uint64_t>(t) - slowest;
                     std::uint64_t seen = most_ahead.load();
-                    while (ahead > seen && !most_ahead.compare_exchange_weak(seen, ahead)) {
-                    }
+                    while (ahead > seen && !most_ahead.compare_exchange_weak(seen, ahead)) {}
                     if (s == 0 && t < 64) hashes[me * 64 + static_cast<std::size_t>(t)] = dp.parameter_hash();
                     m.gradients(t);
                     if (comm.rank() == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
@@ -197,7 +195,7 @@ TEST_CASE("async: with N workers the staleness is N - 1, exactly in deterministi
                 REQUIRE(histogram.size() == static_cast<std::size_t>(p));
                 REQUIRE(histogram[static_cast<std::size_t>(p - 1)] >= 59 - static_cast<std::uint64_t>(p));
             } else {
-                REQUIRE(mean >= 0.4 * (p - 1));
+                REQUIRE(mean >= 0.3 * (p - 1));
                 REQUIRE(mean <= 2.0 * (p - 1) + 0.5);
             }
         }
@@ -212,7 +210,7 @@ TEST_CASE("backup workers: b = 0 is hard sync; a slow worker's gradients are dro
         o.backups = 0;
         expect_close(train<hitch::sync::backup_workers>(p, o, 6), train<hitch::sync::hard>(p, {}, 6), 1e-5f);
     }
-    const int p = 4, steps = 16, slow_ms = 40;
+    const int p = 4, steps = 16, slow_ms = 80;
     std::vector<double> seconds(p);
     std::vector<std::uint64_t> dropped(p);
     REQUIRE_NOTHROW(run_local(p, [&](local& comm) {
@@ -287,7 +285,8 @@ TEST_CASE("easgd: the centre and the workers move as the formula says", "[sync][
                         x[static_cast<std::size_t>(r)][i] -= 0.2f * (x[static_cast<std::size_t>(r)][i] - c[i]);
                 for (std::size_t i = 0; i < n; ++i) c[i] += 0.2f * static_cast<float>(p) * (mean[i] - c[i]);
             }
-            for (int r = 0; r < p; ++r) expect_close(got[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)], 1e-5f);
+            for (int r = 0; r < p; ++r)
+                expect_close(got[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)], 1e-5f);
         }
     }
     SECTION("asynchronous form, through the parameter server, in deterministic order") {
@@ -329,7 +328,8 @@ TEST_CASE("easgd: the centre and the workers move as the formula says", "[sync][
                 }
             }
         // Worker 1's second exchange came after worker 0's: both reflect the centre's sequence.
-        for (int r = 0; r < p; ++r) expect_close(got[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)], 1e-5f);
+        for (int r = 0; r < p; ++r)
+            expect_close(got[static_cast<std::size_t>(r)], x[static_cast<std::size_t>(r)], 1e-5f);
     }
 }
 
@@ -381,4 +381,38 @@ TEST_CASE("parameter-server options are validated", "[sync][options]") {
     soft.server.placement = hitch::sync::server_placement::dedicated;
     soft.server.dedicated_servers = 2;
     REQUIRE_THROWS_WITH(train<hitch::sync::soft>(2, soft, 1), Catch::Contains("leaves no worker"));
+}
+
+TEST_CASE("a worker that never arrives is a timeout_error naming it, not a hang", "[sync][server][timeout]") {
+    std::vector<std::string> seen(2);
+    hitch::comm::local_options lo;
+    lo.timeout_s = 1.0;
+    const auto start = std::chrono::steady_clock::now();
+    run_local(
+        2,
+        [&](local& comm) {
+            quad_model m(sizes, comm.rank());
+            hitch::cpu dev;
+            hitch::sync::soft::options_type o;
+            o.gradients_per_update = 0;  // an update needs both workers' gradients
+            auto& mine = seen[static_cast<std::size_t>(comm.rank())];
+            dp_t<hitch::sync::soft> dp(comm, dev, m.layers(), sgd_options<hitch::sync::soft>(o));
+            if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // never steps
+            try {
+                if (comm.rank() == 0) {
+                    m.gradients(0);
+                    dp.step();
+                }
+                dp.finish();
+            } catch (const hitch::timeout_error& e) {
+                mine = e.what();
+            }
+        },
+        lo);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CAPTURE(seen[0], seen[1]);
+    // Worker 0 waited for the server's reply, which waited for worker 1's gradient.
+    REQUIRE(seen[0].find("worker 0") != std::string::npos);
+    REQUIRE(seen[0].find("shard") != std::string::npos);
+    REQUIRE(waited < 30.0);
 }

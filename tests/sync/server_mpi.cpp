@@ -15,6 +15,7 @@
 #include "hitch/optim/sgd.hpp"
 #include "hitch/sync/async.hpp"
 #include "hitch/sync/backup_workers.hpp"
+#include "hitch/sync/easgd.hpp"
 #include "hitch/sync/hard.hpp"
 #include "hitch/sync/soft.hpp"
 #include "hitch/sync/ssp.hpp"
@@ -101,7 +102,9 @@ TEST_CASE("over MPI: SSP never lets a worker start a clock more than s ahead of 
         dp_t dp(comm, dev, m.layers(), o);
         // enter[t]: this rank begins pushing clock t; leave[t]: its step t returned (it may start clock t + 1).
         std::vector<double> enter(steps), leave(steps);
-        auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+        auto now = [] {
+            return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+        };
         for (int t = 0; t < steps; ++t) {
             m.gradients(t);
             if (comm.rank() == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -119,5 +122,83 @@ TEST_CASE("over MPI: SSP never lets a worker start a clock more than s ahead of 
                 for (int v = 0; v < p; ++v)
                     REQUIRE(all_enter[static_cast<std::size_t>(v * steps + t - static_cast<int>(s) - 1)] <=
                             all_leave[static_cast<std::size_t>(w * steps + t - 1)]);
+    }
+}
+
+TEST_CASE("over MPI: a dedicated server rank serves while the others train", "[sync][mpi]") {
+    mpi comm;
+    if (comm.size() < 3) return;  // one server and at least two workers
+    using dp_t = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::async>;
+    quad_model m(sizes, comm.rank());
+    hitch::cpu dev;
+    dp_t::options o;
+    o.learning_rate = hitch::lr::constant({0.01});
+    o.sync.server.deterministic = true;
+    o.sync.server.placement = hitch::sync::server_placement::dedicated;
+    o.sync.server.dedicated_servers = 1;
+    dp_t dp(comm, dev, m.layers(), o);
+    const int workers = comm.size() - 1;
+    REQUIRE(dp.worker_count() == workers);
+    REQUIRE(dp.serves_only() == (comm.rank() == workers));
+    if (dp.serves_only()) {
+        REQUIRE_THROWS_AS(dp.step(), hitch::config_error);
+        dp.serve();
+        return;
+    }
+    for (int s = 0; s < 12; ++s) {
+        m.gradients(s);
+        dp.step();
+    }
+    dp.finish();
+    const auto h = dp.staleness_histogram();
+    REQUIRE(h.size() == static_cast<std::size_t>(workers));
+    REQUIRE(h[static_cast<std::size_t>(workers - 1)] >= static_cast<std::uint64_t>(12 - workers));
+}
+
+TEST_CASE("over MPI: backup workers drop a slow worker's gradients; easgd's synchronous centre", "[sync][mpi]") {
+    mpi comm;
+    const int p = comm.size();
+    {
+        using dp_t = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::backup_workers>;
+        quad_model m(sizes, comm.rank());
+        hitch::cpu dev;
+        dp_t::options o;
+        o.sync.backups = 1;
+        dp_t dp(comm, dev, m.layers(), o);
+        for (int s = 0; s < 10; ++s) {
+            m.gradients(s);
+            if (comm.rank() == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(60));
+            dp.step();
+        }
+        const auto dropped = dp.dropped_gradients();
+        dp.finish();
+        if (comm.rank() == p - 1)
+            REQUIRE(dropped >= 1);
+        else
+            REQUIRE(dropped == 0);
+    }
+    {
+        // With a learning rate of 0 each rank only moves towards the centre, which starts at the mean of the
+        // initial parameters: x_r - alpha (x_r - mean).
+        using dp_t = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::easgd>;
+        quad_model m(sizes, comm.rank(), /*differ=*/true);
+        hitch::cpu dev;
+        dp_t::options o;
+        o.learning_rate = hitch::lr::constant({0.0});
+        o.sync.kind = hitch::sync::easgd::form::synchronous;
+        o.sync.period = 1;
+        o.sync.alpha = 0.25;
+        dp_t dp(comm, dev, m.layers(), o);
+        const auto x = m.flat();
+        m.gradients(0);
+        dp.step();
+        std::vector<float> mean(x.size(), 0.0f);
+        for (int r = 0; r < p; ++r) {
+            const auto xr = quad_model(sizes, r, true).flat();
+            for (std::size_t i = 0; i < x.size(); ++i) mean[i] += xr[i];
+        }
+        std::vector<float> want(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) want[i] = x[i] - 0.25f * (x[i] - mean[i] / static_cast<float>(p));
+        require_close(m.flat(), want);
     }
 }

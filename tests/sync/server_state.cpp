@@ -66,8 +66,8 @@ TEST_CASE("a bad push is an error for its worker; the server keeps running and i
         if (comm.rank() == 1) {
             ps::server_loop<hitch::optim::sgd, hitch::compress::none, local, hitch::cpu> loop(
                 comm,
-                ps::server_shard<hitch::optim::sgd, hitch::compress::none, hitch::cpu>(
-                    {}, {}, dev, layers, plan, 0, 1, rule, {}),
+                ps::server_shard<hitch::optim::sgd, hitch::compress::none, hitch::cpu>({}, {}, dev, layers, plan, 0, 1,
+                                                                                       rule, {}),
                 1, false);
             loop.run();
             expect(loop.shard().version() == 1, "exactly the one good push was applied");
@@ -191,11 +191,11 @@ TEST_CASE("models of every floating element type push and pull through the serve
                 float x = 0.5f;
                 for (int s = 0; s < 3; ++s) {
                     float mean = 0;
-                    for (int r = 0; r < 2; ++r) mean += static_cast<float>((i + static_cast<std::size_t>(r + s)) % 4) * 0.25f;
+                    for (int r = 0; r < 2; ++r)
+                        mean += static_cast<float>((i + static_cast<std::size_t>(r + s)) % 4) * 0.25f;
                     x -= 0.25f * (mean / 2);
                 }
-                for (int r = 0; r < 2; ++r)
-                    REQUIRE(out[static_cast<std::size_t>(r)][at] == static_cast<float>(Low(x)));
+                for (int r = 0; r < 2; ++r) REQUIRE(out[static_cast<std::size_t>(r)][at] == static_cast<float>(Low(x)));
             }
     };
     run(hitch::half(0.0f));

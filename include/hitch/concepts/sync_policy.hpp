@@ -60,8 +60,7 @@ concept sync_policy_steps_on = requires(P& p, Archetype& ctx) {
 template <class P>
 concept sync_policy_can_step =
     (sync_policy_steps_on<P, step_context_archetype> || sync_policy_steps_on<P, parameter_context_archetype> ||
-     sync_policy_steps_on<P, server_context_archetype> ||
-     sync_policy_steps_on<P, shared_memory_context_archetype>) &&
+     sync_policy_steps_on<P, server_context_archetype> || sync_policy_steps_on<P, shared_memory_context_archetype>) &&
     requires(const P& cp) {
         { cp.staleness() } -> std::convertible_to<std::uint64_t>;
     };

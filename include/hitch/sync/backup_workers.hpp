@@ -17,28 +17,25 @@
 
 namespace hitch::sync {
 
-class backup_workers {
+/// The options of sync::backup_workers.
+struct backup_workers_options {
+    server_options server{};
+    /// b: gradients per step that may be dropped (fewer than the workers).
+    std::uint32_t backups = 1;
+
+    void validate() const {
+        server.validate();
+        option_validator("hitch::sync::backup_workers")
+            .closed("backups", backups, std::uint32_t{0}, std::uint32_t{1} << 20);
+    }
+};
+
+class backup_workers : public detail::push_pull_policy<backup_workers, backup_workers_options> {
 public:
-    struct options_type {
-        server_options server{};
-        /// b: gradients per step that may be dropped (fewer than the workers).
-        std::uint32_t backups = 1;
-
-        void validate() const {
-            server.validate();
-            option_validator("hitch::sync::backup_workers")
-                .closed("backups", backups, std::uint32_t{0}, std::uint32_t{1} << 20);
-        }
-    };
     static constexpr std::string_view name = "backup_workers";
-    static constexpr bool exchanges_gradients = false;
-    static constexpr bool asynchronous = true;
 
-    backup_workers() = default;
-    explicit backup_workers(const options_type& options) : options_(options) { options_.validate(); }
-    [[nodiscard]] const options_type& options() const noexcept { return options_; }
-    [[nodiscard]] const server_options& server() const noexcept { return options_.server; }
-    [[nodiscard]] bool needs_server() const noexcept { return true; }
+    using push_pull_policy::push_pull_policy;
+
     [[nodiscard]] sync::server_rule server_rule(int workers) const {
         if (options_.backups >= static_cast<std::uint32_t>(workers))
             throw config_error(hitch::detail::concat("hitch::sync::backup_workers: option backups = ", options_.backups,
@@ -48,20 +45,6 @@ public:
         r.drop_stale = true;
         return r;
     }
-
-    template <server_context Ctx>
-    step_result step(Ctx& ctx) {
-        return counters_.push_pull(ctx);
-    }
-    [[nodiscard]] std::uint64_t staleness() const noexcept { return counters_.staleness(); }
-    /// This rank's gradients dropped so far.
-    [[nodiscard]] std::uint64_t dropped() const noexcept { return counters_.dropped(); }
-    void save_state(std::vector<std::byte>& blob) const { counters_.save(blob, name); }
-    void load_state(std::span<const std::byte> blob) { counters_.load(blob, name); }
-
-private:
-    options_type options_{};
-    detail::server_step_counters counters_;
 };
 
 static_assert(check_sync_policy<backup_workers>() && server_policy<backup_workers>,

@@ -81,8 +81,7 @@ public:
 
     void save_state(std::vector<std::byte>& blob) const {
         frame_writer f(blob, "HSYNEASG", 1);
-        f.payload().put(since_).put(static_cast<std::uint64_t>(centre_.size())).values(
-            std::span<const float>(centre_));
+        f.payload().put(since_).put(static_cast<std::uint64_t>(centre_.size())).values(std::span<const float>(centre_));
         f.finish();
     }
     void load_state(std::span<const std::byte> blob) {

@@ -20,48 +20,33 @@
 
 namespace hitch::sync {
 
-class soft {
+/// The options of sync::soft.
+struct soft_options {
+    server_options server{};
+    /// Gradients averaged into one update (c); 0: as many as there are workers.
+    std::uint32_t gradients_per_update = 1;
+    /// Scale each gradient by 1 / max(staleness, 1).
+    bool scale_by_staleness = true;
+
+    void validate() const {
+        server.validate();
+        option_validator("hitch::sync::soft")
+            .closed("gradients_per_update", gradients_per_update, std::uint32_t{0}, std::uint32_t{1} << 20);
+    }
+};
+
+class soft : public detail::push_pull_policy<soft, soft_options> {
 public:
-    struct options_type {
-        server_options server{};
-        /// Gradients averaged into one update (c); 0: as many as there are workers.
-        std::uint32_t gradients_per_update = 1;
-        /// Scale each gradient by 1 / max(staleness, 1).
-        bool scale_by_staleness = true;
-
-        void validate() const {
-            server.validate();
-            option_validator("hitch::sync::soft")
-                .closed("gradients_per_update", gradients_per_update, std::uint32_t{0}, std::uint32_t{1} << 20);
-        }
-    };
     static constexpr std::string_view name = "soft";
-    static constexpr bool exchanges_gradients = false;
-    static constexpr bool asynchronous = true;
 
-    soft() = default;
-    explicit soft(const options_type& options) : options_(options) { options_.validate(); }
-    [[nodiscard]] const options_type& options() const noexcept { return options_; }
-    [[nodiscard]] const server_options& server() const noexcept { return options_.server; }
-    [[nodiscard]] bool needs_server() const noexcept { return true; }
+    using push_pull_policy::push_pull_policy;
+
     [[nodiscard]] sync::server_rule server_rule(int /*workers*/) const {
         sync::server_rule r;
         r.gradients_per_update = options_.gradients_per_update;
         r.scale_by_staleness = options_.scale_by_staleness;
         return r;
     }
-
-    template <server_context Ctx>
-    step_result step(Ctx& ctx) {
-        return counters_.push_pull(ctx);
-    }
-    [[nodiscard]] std::uint64_t staleness() const noexcept { return counters_.staleness(); }
-    void save_state(std::vector<std::byte>& blob) const { counters_.save(blob, name); }
-    void load_state(std::span<const std::byte> blob) { counters_.load(blob, name); }
-
-private:
-    options_type options_{};
-    detail::server_step_counters counters_;
 };
 
 static_assert(check_sync_policy<soft>() && server_policy<soft>, "hitch::sync::soft must model hitch::sync_policy");

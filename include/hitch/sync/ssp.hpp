@@ -18,46 +18,31 @@
 
 namespace hitch::sync {
 
-class ssp {
+/// The options of sync::ssp.
+struct ssp_options {
+    server_options server{};
+    /// s: how many clocks a worker may run ahead of the slowest one.
+    std::uint64_t staleness_bound = 3;
+
+    void validate() const {
+        server.validate();
+        option_validator("hitch::sync::ssp")
+            .closed("staleness_bound", staleness_bound, std::uint64_t{0}, std::uint64_t{1} << 40);
+    }
+};
+
+class ssp : public detail::push_pull_policy<ssp, ssp_options> {
 public:
-    struct options_type {
-        server_options server{};
-        /// s: how many clocks a worker may run ahead of the slowest one.
-        std::uint64_t staleness_bound = 3;
-
-        void validate() const {
-            server.validate();
-            option_validator("hitch::sync::ssp")
-                .closed("staleness_bound", staleness_bound, std::uint64_t{0}, std::uint64_t{1} << 40);
-        }
-    };
     static constexpr std::string_view name = "ssp";
-    static constexpr bool exchanges_gradients = false;
-    static constexpr bool asynchronous = true;
 
-    ssp() = default;
-    explicit ssp(const options_type& options) : options_(options) { options_.validate(); }
-    [[nodiscard]] const options_type& options() const noexcept { return options_; }
-    [[nodiscard]] const server_options& server() const noexcept { return options_.server; }
-    [[nodiscard]] bool needs_server() const noexcept { return true; }
+    using push_pull_policy::push_pull_policy;
+
     [[nodiscard]] sync::server_rule server_rule(int /*workers*/) const {
         sync::server_rule r;
         r.gradients_per_update = 1;
         r.staleness_bound = static_cast<std::int64_t>(options_.staleness_bound);
         return r;
     }
-
-    template <server_context Ctx>
-    step_result step(Ctx& ctx) {
-        return counters_.push_pull(ctx);
-    }
-    [[nodiscard]] std::uint64_t staleness() const noexcept { return counters_.staleness(); }
-    void save_state(std::vector<std::byte>& blob) const { counters_.save(blob, name); }
-    void load_state(std::span<const std::byte> blob) { counters_.load(blob, name); }
-
-private:
-    options_type options_{};
-    detail::server_step_counters counters_;
 };
 
 static_assert(check_sync_policy<ssp>() && server_policy<ssp>, "hitch::sync::ssp must model hitch::sync_policy");

@@ -492,7 +492,7 @@ private:
     std::optional<std::chrono::steady_clock::time_point> first_step_;
 
     server_link<P, O, X, C, D> server_;  // after what it uses (the master layers): destroyed before them
-    bucket_pipeline pipeline_;  // last: destroyed first, so its worker stops before what it uses goes
+    bucket_pipeline pipeline_;           // last: destroyed first, so its worker stops before what it uses goes
 };
 
 }  // namespace train::detail

@@ -1,25 +1,36 @@
 #pragma once
-// What the parameter-server policies share: their options' server part, and one step that pushes this rank's
-// gradients and pulls the parameters back (soft, ssp, backup_workers); async, easgd step differently.
+// What soft, ssp and backup_workers share: a policy whose every step pushes this rank's gradients to the parameter
+// server and pulls the parameters back, differing only in its options and the server's rule. The derived policy
+// gives its name, its options type and server_rule(workers).
 
 #include <array>
 #include <cstdint>
 #include <span>
-#include <string_view>
 #include <vector>
 
 #include "hitch/concepts/step_context.hpp"
 #include "hitch/sync/detail/state.hpp"
+#include "hitch/sync/server/options.hpp"
 
 namespace hitch::sync::detail {
 
-/// Keeps the staleness and dropped counts of the last step, and saves them as the policy's state.
-class server_step_counters {
+template <class Derived, class Options>
+class push_pull_policy {
 public:
+    using options_type = Options;
+    static constexpr bool exchanges_gradients = false;
+    static constexpr bool asynchronous = true;
+
+    push_pull_policy() = default;
+    explicit push_pull_policy(const options_type& options) : options_(options) { options_.validate(); }
+    [[nodiscard]] const options_type& options() const noexcept { return options_; }
+    [[nodiscard]] const server_options& server() const noexcept { return options_.server; }
+    [[nodiscard]] bool needs_server() const noexcept { return true; }
+
     /// Push this rank's gradients, pull the parameters back; a step whose local gradients were not finite pushes
     /// nothing (the worker's own decision: the others do not wait for it).
     template <server_context Ctx>
-    step_result push_pull(Ctx& ctx) {
+    step_result step(Ctx& ctx) {
         if (!ctx.prepare_local_gradients()) return {false, false, staleness_, 0};
         const server_reply r = ctx.exchange_with_server({true, false, true});
         staleness_ = r.staleness;
@@ -29,19 +40,20 @@ public:
     [[nodiscard]] std::uint64_t staleness() const noexcept { return staleness_; }
     /// Gradients of this rank the servers dropped so far.
     [[nodiscard]] std::uint64_t dropped() const noexcept { return dropped_; }
-    void set(std::uint64_t staleness, std::uint64_t dropped) noexcept {
-        staleness_ = staleness;
-        dropped_ = dropped;
-    }
-    void save(std::vector<std::byte>& blob, std::string_view name) const {
+
+    void save_state(std::vector<std::byte>& blob) const {
         const std::array<std::uint64_t, 2> v{staleness_, dropped_};
-        save_counters(blob, name, v);
+        save_counters(blob, Derived::name, v);
     }
-    void load(std::span<const std::byte> blob, std::string_view name) {
+    void load_state(std::span<const std::byte> blob) {
         std::array<std::uint64_t, 2> v{};
-        load_counters(blob, name, v);
-        set(v[0], v[1]);
+        load_counters(blob, Derived::name, v);
+        staleness_ = v[0];
+        dropped_ = v[1];
     }
+
+protected:
+    options_type options_{};
 
 private:
     std::uint64_t staleness_ = 0;

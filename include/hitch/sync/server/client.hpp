@@ -60,8 +60,13 @@ public:
         if (q.push_gradients || q.push_parameters) ++pushes_;
         for (std::size_t s = 0; s < shards_.size(); ++s) {
             shard& sh = shards_[s];
-            request_header h{kinds, static_cast<std::uint32_t>(worker_), static_cast<std::uint32_t>(s),
-                             q.push_gradients ? sh.first_base : sh.base, pushes_, learning_rate, 0};
+            request_header h{kinds,
+                             static_cast<std::uint32_t>(worker_),
+                             static_cast<std::uint32_t>(s),
+                             q.push_gradients ? sh.first_base : sh.base,
+                             pushes_,
+                             learning_rate,
+                             0};
             std::span<const std::byte> payload;
             if (q.push_gradients) {
                 h.elements = sh.gathered.size();
@@ -86,8 +91,8 @@ public:
             if ((kinds & (pull | push_parameters)) == 0) return;
             const auto n = plan_->elements(s);
             if (a.header.elements != n || a.payload.size() != n * sizeof(float))
-                throw corrupt_message_error(concat_who(s, " replied with ", a.payload.size(), " bytes for ", n,
-                                                       " parameters"));
+                throw corrupt_message_error(
+                    concat_who(s, " replied with ", a.payload.size(), " bytes for ", n, " parameters"));
             shards_[s].base = a.header.version;
             std::vector<float>& centre = shards_[s].incoming;
             centre.resize(n);
@@ -105,8 +110,9 @@ public:
     /// errors are rethrown here. `path` is the checkpoint prefix (save, load).
     void marker(std::uint32_t kind, std::string_view path = {}) {
         for (std::size_t s = 0; s < shards_.size(); ++s) {
-            request_header h{kind, static_cast<std::uint32_t>(worker_), static_cast<std::uint32_t>(s), shards_[s].base,
-                             pushes_, 0.0, 0};
+            request_header h{
+                kind, static_cast<std::uint32_t>(worker_), static_cast<std::uint32_t>(s), shards_[s].base, pushes_, 0.0,
+                0};
             encode_request(shards_[s].out, h, std::as_bytes(std::span<const char>(path.data(), path.size())));
         }
         round_trip([](std::size_t, const reply&) {});
@@ -161,18 +167,18 @@ public:
 
 private:
     struct shard {
-        std::vector<float> gathered;                    // gradients waiting to be pushed
-        std::vector<float> incoming;                    // parameters going out (elastic) or coming back
-        std::vector<typename X::state> codec_state;     // one element (X::state need not be default-constructible)
-        std::uint64_t base = 0;                         // version of the parameters last pulled
-        std::uint64_t first_base = 0;                   // version the oldest accumulated gradient was computed on
+        std::vector<float> gathered;                 // gradients waiting to be pushed
+        std::vector<float> incoming;                 // parameters going out (elastic) or coming back
+        std::vector<typename X::state> codec_state;  // one element (X::state need not be default-constructible)
+        std::uint64_t base = 0;                      // version of the parameters last pulled
+        std::uint64_t first_base = 0;                // version the oldest accumulated gradient was computed on
         std::vector<std::byte> message, out, in;
     };
 
     template <class... A>
     [[nodiscard]] std::string concat_who(std::size_t s, const A&... a) const {
-        return hitch::detail::concat("hitch::sync worker ", worker_, ": the server of shard ", s, " (rank ",
-                                     ranks_[s], ")", a...);
+        return hitch::detail::concat("hitch::sync worker ", worker_, ": the server of shard ", s, " (rank ", ranks_[s],
+                                     ")", a...);
     }
 
     void accumulate() {
@@ -234,8 +240,7 @@ private:
             try {
                 info = comm_->probe(ranks_[s], reply_tag);
             } catch (const timeout_error& e) {
-                throw timeout_error(concat_who(s, ""), "its reply to worker " + std::to_string(worker_),
-                                    e.waited());
+                throw timeout_error(concat_who(s, ""), "its reply to worker " + std::to_string(worker_), e.waited());
             }
             sh.in.resize(info.bytes);
             auto r = comm_->irecv(std::span<std::byte>(sh.in), ranks_[s], reply_tag);
@@ -243,8 +248,8 @@ private:
             try {
                 const reply a = decode_reply(sh.in, concat_who(s, ""));
                 if (a.header.status != reply_status::ok)
-                    throw_reply_error(a.header.status, std::string(reinterpret_cast<const char*>(a.payload.data()),
-                                                                   a.payload.size()));
+                    throw_reply_error(a.header.status,
+                                      std::string(reinterpret_cast<const char*>(a.payload.data()), a.payload.size()));
                 on_reply(s, a);
             } catch (...) {
                 if (!first) first = std::current_exception();

@@ -29,14 +29,14 @@ inline void write_file_atomically(const std::filesystem::path& path, std::span<c
     }
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
-    if (ec) throw error(hitch::detail::concat("hitch::sync: cannot rename ", tmp.string(), " to ", path.string(), ": ",
-                                              ec.message()));
+    if (ec)
+        throw error(hitch::detail::concat("hitch::sync: cannot rename ", tmp.string(), " to ", path.string(), ": ",
+                                          ec.message()));
 }
 
 [[nodiscard]] inline std::vector<std::byte> read_file(const std::filesystem::path& path, std::string_view who) {
     std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw error(hitch::detail::concat(who, ": cannot open ", path.string()));
+    if (!in) throw error(hitch::detail::concat(who, ": cannot open ", path.string()));
     std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::vector<std::byte> bytes(chars.size());
     for (std::size_t i = 0; i < chars.size(); ++i) bytes[i] = static_cast<std::byte>(chars[i]);

@@ -53,9 +53,9 @@ struct server_roles {
             return;
         }
         if (o.dedicated_servers >= size)
-            throw config_error(hitch::detail::concat("hitch::sync::server_options: dedicated_servers = ",
-                                                     o.dedicated_servers, " leaves no worker among ", size,
-                                                     " ranks (at most ", size - 1, ")"));
+            throw config_error(
+                hitch::detail::concat("hitch::sync::server_options: dedicated_servers = ", o.dedicated_servers,
+                                      " leaves no worker among ", size, " ranks (at most ", size - 1, ")"));
         workers = size - o.dedicated_servers;
         for (int s = 0; s < o.dedicated_servers; ++s) server_ranks.push_back(workers + s);
         worker = rank < workers;
@@ -89,8 +89,8 @@ private:
     enum wait_kind : std::uint32_t { wait_none = 0 };
 
     [[nodiscard]] std::string who() const {
-        return hitch::detail::concat("hitch::sync parameter server of shard ", shard_.shard(), " (rank ",
-                                     comm_->rank(), ")");
+        return hitch::detail::concat("hitch::sync parameter server of shard ", shard_.shard(), " (rank ", comm_->rank(),
+                                     ")");
     }
     [[nodiscard]] bool any_waiting() const {
         for (std::uint32_t w : waiting_)
@@ -118,16 +118,17 @@ private:
                 }
             }
             if (from == any_source)
-                throw error(who() + ": every worker waits for a reply and none can be given (a rule that cannot "
-                                    "make progress)");
+                throw error(who() +
+                            ": every worker waits for a reply and none can be given (a rule that cannot "
+                            "make progress)");
         }
         message_info info;
         try {
             info = comm_->probe(from, request_tag);
         } catch (const timeout_error& e) {
-            throw timeout_error(who(), "a request from worker(s) " + (from == any_source ? expected_workers()
-                                                                                          : std::to_string(from)),
-                                e.waited());
+            throw timeout_error(
+                who(), "a request from worker(s) " + (from == any_source ? expected_workers() : std::to_string(from)),
+                e.waited());
         }
         std::vector<std::byte> bytes(info.bytes);
         auto r = comm_->irecv(std::span<std::byte>(bytes), info.source, request_tag);
@@ -159,8 +160,8 @@ private:
                 throw config_error(hitch::detail::concat(who(), ": rank ", source, " is not a worker"));
             q = decode_request(bytes, who());
             if (q.header.worker != w)
-                throw config_error(hitch::detail::concat(who(), ": rank ", source, " sent a request as worker ",
-                                                         q.header.worker));
+                throw config_error(
+                    hitch::detail::concat(who(), ": rank ", source, " sent a request as worker ", q.header.worker));
             if ((q.header.kinds & (push_gradient | pull | push_parameters)) != 0) shard_.check(w, q);
         } catch (const config_error& e) {
             return send_error(source, reply_status::config, e.what());
@@ -239,12 +240,14 @@ private:
                 if (decision) {  // some worker could not read its part: nobody commits
                     staged_.clear();
                     return reply_markers(reply_status::other,
-                                         who() + ": the load was abandoned: another worker could not read its part "
-                                                 "of the checkpoint");
+                                         who() +
+                                             ": the load was abandoned: another worker could not read its part "
+                                             "of the checkpoint");
                 }
                 return reply_markers(reply_status::config,
-                                     who() + ": the workers reached different checkpoint calls (one saves or loads "
-                                             "while another does something else, or with another path)");
+                                     who() +
+                                         ": the workers reached different checkpoint calls (one saves or loads "
+                                         "while another does something else, or with another path)");
             }
         }
         if (kind == abort_load) {
@@ -304,23 +307,22 @@ template <optimizer O, compressor X, communicator C, device D>
 class server_runtime {
 public:
     server_runtime(C comm, D& dev, std::span<const hitch::layer> masters, const typename O::options_type& optimizer,
-                   const X& codec, const server_options& options, const server_rule& rule,
-                   const parallel_options& exec)
+                   const X& codec, const server_options& options, const server_rule& rule, const parallel_options& exec)
         : comm_(std::make_unique<C>(std::move(comm))),
           roles_(comm_->rank(), comm_->size(), options),
           plan_(layer_sizes(masters), static_cast<int>(roles_.server_ranks.size()), options.sharding) {
         if (rule.gradients_per_update > static_cast<std::uint32_t>(roles_.workers))
-            throw config_error(hitch::detail::concat(
-                "hitch::sync: gradients_per_update = ", rule.gradients_per_update, " exceeds the ", roles_.workers,
-                " workers: an update would wait for gradients that never come"));
+            throw config_error(hitch::detail::concat("hitch::sync: gradients_per_update = ", rule.gradients_per_update,
+                                                     " exceeds the ", roles_.workers,
+                                                     " workers: an update would wait for gradients that never come"));
         if (roles_.my_shard >= 0)
             loop_.emplace(*comm_,
                           server_shard<O, X, D>(optimizer, codec, dev, masters, plan_,
                                                 static_cast<std::size_t>(roles_.my_shard), roles_.workers, rule, exec),
                           roles_.workers, options.deterministic);
         if (roles_.worker) {
-            client_.emplace(*comm_, codec, plan_, roles_.server_ranks, static_cast<std::size_t>(comm_->rank()),
-                            masters, rule);
+            client_.emplace(*comm_, codec, plan_, roles_.server_ranks, static_cast<std::size_t>(comm_->rank()), masters,
+                            rule);
             if (loop_) server_thread_ = std::thread([this] { serve_catching(); });
         }
     }
@@ -355,8 +357,14 @@ public:
         if (finished_) return;
         finished_ = true;
         if (!roles_.worker) return serve();
-        client_->marker(done);
+        std::exception_ptr first;
+        try {
+            client_->marker(done);
+        } catch (...) {  // the servers may be gone; this rank's own still ends, by its deadline at the latest
+            first = std::current_exception();
+        }
         if (server_thread_.joinable()) server_thread_.join();
+        if (first) std::rethrow_exception(first);
         if (server_error_) std::rethrow_exception(server_error_);
     }
 

@@ -39,9 +39,9 @@ inline constexpr std::size_t histogram_buckets = 256;
 template <optimizer O, compressor X, device D>
 class server_shard {
 public:
-    server_shard(const typename O::options_type& optimizer, const X& codec, D& dev,
-                 std::span<const hitch::layer> model, const shard_plan& plan, std::size_t shard, int workers,
-                 const server_rule& rule, const parallel_options& exec)
+    server_shard(const typename O::options_type& optimizer, const X& codec, D& dev, std::span<const hitch::layer> model,
+                 const shard_plan& plan, std::size_t shard, int workers, const server_rule& rule,
+                 const parallel_options& exec)
         : codec_(codec),
           rule_(rule),
           shard_(shard),
@@ -74,9 +74,8 @@ public:
     [[nodiscard]] std::uint64_t dropped() const noexcept { return dropped_total_; }
     [[nodiscard]] bool live(std::size_t w) const { return workers_.at(w).live; }
     [[nodiscard]] std::size_t live_workers() const {
-        return static_cast<std::size_t>(std::count_if(workers_.begin(), workers_.end(), [](const worker& w) {
-            return w.live;
-        }));
+        return static_cast<std::size_t>(
+            std::count_if(workers_.begin(), workers_.end(), [](const worker& w) { return w.live; }));
     }
     [[nodiscard]] std::uint64_t clock(std::size_t w) const { return workers_.at(w).clock; }
 
@@ -105,8 +104,8 @@ public:
                                       ", newer than the server's ", version_));
         if (gradient) codec_.decode(q.payload, tensor_view<float>(scratch_.data(), scratch_.size()));
         if (parameters && q.payload.size() != params_.size() * sizeof(float))
-            throw corrupt_message_error(concat(who, " sent ", q.payload.size(), " bytes of parameters for ",
-                                               params_.size(), " elements"));
+            throw corrupt_message_error(
+                concat(who, " sent ", q.payload.size(), " bytes of parameters for ", params_.size(), " elements"));
     }
 
     /// Applies a gradient push that check() accepted (its gradient is in the scratch buffer).
@@ -191,10 +190,17 @@ public:
         const std::string opt = os.str();
         frame_writer f(blob, "HPSSHRD", 1);
         auto& p = f.payload();
-        p.text(O::name).text(X::name).put(static_cast<std::uint64_t>(shard_)).put(static_cast<std::uint64_t>(params_.size()));
+        p.text(O::name)
+            .text(X::name)
+            .put(static_cast<std::uint64_t>(shard_))
+            .put(static_cast<std::uint64_t>(params_.size()));
         p.put(static_cast<std::uint64_t>(workers_.size())).put(version_).put(accumulated_).put(dropped_total_).put(lr_);
         for (const worker& k : workers_)
-            p.put(k.clock).put(k.base).put(k.staleness).put(k.dropped).put(static_cast<std::uint8_t>(k.pushed))
+            p.put(k.clock)
+                .put(k.base)
+                .put(k.staleness)
+                .put(k.dropped)
+                .put(static_cast<std::uint8_t>(k.pushed))
                 .put(static_cast<std::uint8_t>(k.live));
         p.values(std::span<const std::uint64_t>(histogram_));
         p.values(std::span<const float>(params_)).values(std::span<const float>(grads_));
@@ -257,8 +263,7 @@ private:
             throw mismatch_error(concat(who, ": the saved shard is shard ", shard, " of ", n, " elements with ",
                                         workers, " workers, optimizer '", opt_name, "', codec '", codec_name,
                                         "'; this server holds shard ", shard_, " of ", params_.size(), " with ",
-                                        workers_.size(), " workers, optimizer '", O::name, "', codec '", X::name,
-                                        "'"));
+                                        workers_.size(), " workers, optimizer '", O::name, "', codec '", X::name, "'"));
         saved_state st;
         st.version = r.get<std::uint64_t>("the version");
         st.accumulated = r.get<std::uint64_t>("the accumulated count");

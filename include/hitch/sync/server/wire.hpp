@@ -137,10 +137,14 @@ inline void encode_reply(std::vector<std::byte>& out, const reply_header& h, std
 /// Rethrows a server's error on the worker with the same type.
 [[noreturn]] inline void throw_reply_error(reply_status status, std::string message) {
     switch (status) {
-        case reply_status::config: throw config_error(std::move(message));
-        case reply_status::mismatch: throw mismatch_error(std::move(message));
-        case reply_status::corrupt: throw corrupt_message_error(std::move(message));
-        default: throw error(std::move(message));
+        case reply_status::config:
+            throw config_error(std::move(message));
+        case reply_status::mismatch:
+            throw mismatch_error(std::move(message));
+        case reply_status::corrupt:
+            throw corrupt_message_error(std::move(message));
+        default:
+            throw error(std::move(message));
     }
 }
 
