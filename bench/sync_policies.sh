@@ -3,14 +3,16 @@
 # the same epochs under each --sync policy, each once as it is and once with rank 3 slowed (--slow-rank 3
 # --slow-ms X). Draws ONE chart of test accuracy against wall time, a line per run (gnuplot, as the trainer's
 # --plot; slowed runs dashed in their policy's colour), and prints a table: policy, slowed?, final test accuracy,
-# seconds to the target accuracy, steps per second. Each run's metrics file (step lines, then its summary line)
-# stays under the output directory.
+# seconds to the target accuracy, rank 0's steps per second (rank 0 is never the slowed one, so this is what the
+# fast workers keep), mean staleness and dropped gradients. Accuracy and times are rank 0's, from its metrics file
+# (step lines, then the run's summary line), which stays under the output directory with the chart.
 #
 #   bench/sync_policies.sh [build dir]
 #
 # Environment (defaults in brackets):
-#   POLICIES  the --sync names to run ["hard local_sgd"]; a new policy is one more name here, and its options, if
-#             it needs any beside the trainer's defaults, one more entry of policy_options below
+#   POLICIES  the --sync names to run ["hard local_sgd soft async ssp easgd backup", and hogwild on threads]; a new
+#             policy is one more name here, and its options, if it needs any beside the trainer's defaults, one more
+#             entry of policy_options below
 #   EPOCHS [5]  RANKS [4]  SLOW_MS [50; 0 skips the slowed runs]  TARGET [0.85]
 #   EVAL_EVERY  test accuracy every this many steps as well as at each epoch's end, the chart's points [100]
 #   LAUNCH    mpi: mpiexec -n RANKS; threads: --threads RANKS (comm::local, one process) [mpi]
@@ -20,18 +22,27 @@ set -euo pipefail
 build="${1:-build}"
 mnist="$build/examples/mnist/hitch-mnist"
 out="${OUT:-$build/sync-policies}"
-read -r -a policies <<<"${POLICIES:-hard local_sgd}"
 epochs="${EPOCHS:-5}"
 ranks="${RANKS:-4}"
 slow_ms="${SLOW_MS:-50}"
 target="${TARGET:-0.85}"
 launch="${LAUNCH:-mpi}"
+default_policies="hard local_sgd soft async ssp easgd backup"
+[[ "$launch" == threads ]] && default_policies+=" hogwild"
+read -r -a policies <<<"${POLICIES:-$default_policies}"
 eval_every="${EVAL_EVERY:-100}"
 read -r -a extra <<<"${EXTRA:---lr 0.05}"
 
 # Options of a policy beyond --sync NAME (the trainer's defaults otherwise).
+# Asynchronous updates add momentum of their own (Mitliagkas et al. 2016): those policies run with less.
 declare -A policy_options=(
   [local_sgd]="--local-sgd-period 8"
+  [soft]="--soft-c 1 --staleness-scaling on --momentum 0.5"
+  [async]="--momentum 0.5"
+  [ssp]="--ssp-bound 3 --momentum 0.5"
+  [easgd]="--easgd-period 4 --easgd-form asynchronous"
+  [backup]="--backups 1"
+  [hogwild]="--momentum 0.5"
 )
 
 [[ -x "$mnist" ]] || { echo "sync_policies.sh: $mnist is not built (cmake --build $build --target hitch-mnist)" >&2; exit 2; }
@@ -76,14 +87,16 @@ out, target, files = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
 colours = {}
 rows, clauses = [], []
 for f in files:
-    points, summary = [], None
+    points, summary, steps, last = [], None, 0, 0.0
     for line in open(f):
         if not line.strip():
             continue
         j = json.loads(line)
         if "step" not in j:
             summary = j  # the run's summary line ends the file (docs/metrics.md)
-        elif j["accuracy"] is not None:
+            continue
+        steps, last = steps + 1, j["elapsed_s"]
+        if j["accuracy"] is not None:
             points.append((j["elapsed_s"], j["accuracy"]))
     if summary is None:
         continue
@@ -93,9 +106,10 @@ for f in files:
         for t, a in points:
             d.write(f"{t} {a}\n")
     reached = next((t for t, a in points if a >= target), None)
-    steps_per_s = summary["samples_per_s"] / summary["batch_size"]
+    steps_per_s = steps / last if last > 0 else 0.0
     rows.append((policy, "yes" if slowed else "no", summary["test_accuracy"],
-                 "-" if reached is None else f"{reached:.1f}", steps_per_s, summary["staleness_mean"]))
+                 "-" if reached is None else f"{reached:.1f}", steps_per_s, summary["staleness_mean"],
+                 summary["dropped_gradients"]))
     colour = colours.setdefault(policy, len(colours) + 1)
     title = policy + (f" (rank {summary['slow_rank']} +{summary['slow_ms']:g} ms/step)" if slowed else "")
     clauses.append(f"'{dat}' using 1:2 with linespoints lc {colour} dt {2 if slowed else 1} pt 7 title '{title}'")
@@ -106,8 +120,8 @@ with open(f"{out}/chart.gp", "w") as g:
     g.write("set xlabel 'seconds since the first step'\nset ylabel 'test accuracy'\nset grid\n")
     g.write("set key bottom right\nset xrange [0:*]\n")
     g.write("plot " + ", \\\n     ".join(clauses) + "\n")
-header = ("policy", "slowed", "test accuracy", f"s to {target:g}", "steps/s", "staleness")
-table = [header] + [(p, s, f"{a:.4f}", t, f"{r:.1f}", f"{st:.2f}") for p, s, a, t, r, st in rows]
+header = ("policy", "slowed", "test accuracy", f"s to {target:g}", "rank 0 steps/s", "staleness", "dropped")
+table = [header] + [(p, s, f"{a:.4f}", t, f"{r:.1f}", f"{st:.2f}", str(d)) for p, s, a, t, r, st, d in rows]
 widths = [max(len(row[i]) for row in table) for i in range(len(header))]
 with open(f"{out}/table.txt", "w") as t:
     for row in table:

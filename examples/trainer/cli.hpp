@@ -150,7 +150,9 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
     const int status = detail::agree_on_failure(!on_threads, world_rank, world_size, info.program, [&] {
         check_combination(config, world_size);
         if (!config.resume.empty())
-            if (const std::string problem = resume_problem("--resume", config.resume, world_size); !problem.empty())
+            if (const std::string problem =
+                    resume_problem("--resume", config.resume, world_size, worker_count(config, world_size));
+                !problem.empty())
                 throw usage_error(problem);
         t = make_task(config, keep);
     });
@@ -160,16 +162,19 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
         if (world_rank == 0) {
             const auto sync_opts = sync_options_json(config);
             const std::string sync = config.sync + (sync_opts.empty() ? "" : " " + sync_opts.dump());
+            const int workers = worker_count(config, world_size);
+            const std::string servers =
+                workers == world_size ? "" : " (" + std::to_string(world_size - workers) + " of them servers only)";
             const std::string slow = config.slow_rank < 0
                                          ? ""
                                          : ", rank " + std::to_string(config.slow_rank) + " slowed by " +
                                                detail::number_text(config.slow_ms) + " ms a step";
             std::printf(
-                "%s: %s on %d %s, %zu training and %zu test samples, optimizer %s, compressor %s, sync %s, "
+                "%s: %s on %d %s%s, %zu training and %zu test samples, optimizer %s, compressor %s, sync %s, "
                 "all-reduce %s, BLAS kernels %s%s\n",
                 info.program.c_str(), config.model.c_str(), world_size, on_threads ? "threads" : "MPI ranks",
-                t.train->size(), t.test->size(), config.optimizer.c_str(), config.compressor.c_str(), sync.c_str(),
-                config.allreduce.c_str(), nn::blas_core().c_str(), slow.c_str());
+                servers.c_str(), t.train->size(), t.test->size(), config.optimizer.c_str(), config.compressor.c_str(),
+                sync.c_str(), config.allreduce.c_str(), nn::blas_core().c_str(), slow.c_str());
         }
         train_result result;
         if (on_threads) {

@@ -51,6 +51,7 @@ inline std::string summary_line(const std::string& example, const train_config& 
     j["samples_per_s"] = result.samples_per_s;
     j["staleness_mean"] = result.staleness_mean;
     j["staleness_max"] = result.staleness_max;
+    j["dropped_gradients"] = result.dropped_gradients;
     return j.dump();
 }
 
