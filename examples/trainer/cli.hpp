@@ -1,6 +1,7 @@
 #pragma once
 // The trainers' main(): parse, check, load the data once per process, run on MPI ranks (mpiexec -n N) or on threads
-// (--threads N), plot, and print one JSON object as the last line (summary.hpp).
+// (--threads N), plot, and print one JSON object as the last line (summary.hpp), also appended to rank 0's
+// --metrics file.
 //
 // A mistake is one line on stderr. Mistakes on the command line (exit status 2) are found before MPI starts: every
 // rank finds the same one and only the launcher's rank 0 prints it. Mistakes found once the ranks are known (a batch
@@ -15,8 +16,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -147,20 +150,32 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
     const int status = detail::agree_on_failure(!on_threads, world_rank, world_size, info.program, [&] {
         check_combination(config, world_size);
         if (!config.resume.empty())
-            if (const std::string problem = resume_problem("--resume", config.resume, world_size); !problem.empty())
+            if (const std::string problem =
+                    resume_problem("--resume", config.resume, world_size, worker_count(config, world_size));
+                !problem.empty())
                 throw usage_error(problem);
         t = make_task(config, keep);
     });
     if (status != 0) return status;
 
     try {
-        if (world_rank == 0)
+        if (world_rank == 0) {
+            const auto sync_opts = sync_options_json(config);
+            const std::string sync = config.sync + (sync_opts.empty() ? "" : " " + sync_opts.dump());
+            const int workers = worker_count(config, world_size);
+            const std::string servers =
+                workers == world_size ? "" : " (" + std::to_string(world_size - workers) + " of them servers only)";
+            const std::string slow = config.slow_rank < 0
+                                         ? ""
+                                         : ", rank " + std::to_string(config.slow_rank) + " slowed by " +
+                                               detail::number_text(config.slow_ms) + " ms a step";
             std::printf(
-                "%s: %s on %d %s, %zu training and %zu test samples, optimizer %s, compressor %s, sync %s, "
-                "all-reduce %s, BLAS kernels %s\n",
+                "%s: %s on %d %s%s, %zu training and %zu test samples, optimizer %s, compressor %s, sync %s, "
+                "all-reduce %s, BLAS kernels %s%s\n",
                 info.program.c_str(), config.model.c_str(), world_size, on_threads ? "threads" : "MPI ranks",
-                t.train->size(), t.test->size(), config.optimizer.c_str(), config.compressor.c_str(),
-                config.sync.c_str(), config.allreduce.c_str(), nn::blas_core().c_str());
+                servers.c_str(), t.train->size(), t.test->size(), config.optimizer.c_str(), config.compressor.c_str(),
+                sync.c_str(), config.allreduce.c_str(), nn::blas_core().c_str(), slow.c_str());
+        }
         train_result result;
         if (on_threads) {
             result = hitch::comm::run_local(config.threads, [&](hitch::comm::local& comm) {
@@ -173,11 +188,18 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
             result = train(comm, config, t);
         }
         if (world_rank == 0) {
+            const std::string line = summary_line(info.example, config, world_size, nodes, result);
+            // The metrics file ends with the same line, so that it says what produced it (docs/metrics.md).
+            if (!config.metrics.empty()) {
+                std::ofstream metrics(config.metrics, std::ios::app);
+                metrics << line << '\n';
+                if (!metrics.flush()) throw std::runtime_error("--metrics: cannot write " + config.metrics);
+            }
             if (!config.plot.empty()) {
                 plot_metrics({config.metrics}, config.plot);
                 std::printf("wrote %s\n", config.plot.c_str());
             }
-            std::printf("%s\n", summary_line(info.example, config, world_size, nodes, result).c_str());
+            std::printf("%s\n", line.c_str());
             std::fflush(stdout);
         }
     } catch (const std::exception& e) {

@@ -68,6 +68,36 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
     add_whole<unsigned>(app, "--qsgd-levels", c.qsgd_levels, "QSGD levels s", 1, 1u << 20);
     add_whole<std::size_t>(app, "--powersgd-rank", c.powersgd_rank, "PowerSGD rank r", 1, 64);
     add_whole<std::uint64_t>(app, "--local-sgd-period", c.local_sgd_period, "Local steps between averages", 1);
+    add_real(app, "--block-momentum", c.block_momentum, "local_sgd: BMUF block momentum (0: plain averaging)",
+             r::closed(0.0, 0.9999));
+    add_real(app, "--block-lr", c.block_lr, "local_sgd: BMUF block learning rate", r::closed(1e-6, 1000.0));
+    add_name(app, "--block-nesterov", c.block_nesterov, "local_sgd: BMUF Nesterov-like block start", {"on", "off"});
+    add_name(app, "--server-placement", c.server_placement,
+             "Parameter server: on every rank (colocated) or on the last --servers ranks (dedicated)",
+             {"colocated", "dedicated"});
+    add_whole<int>(app, "--servers", c.dedicated_servers, "Dedicated server ranks (--server-placement dedicated)", 1,
+                   1 << 20);
+    add_name(app, "--shard-by", c.shard_by, "Parameter server shards: whole layers or equal byte ranges",
+             {"layer", "range"});
+    app.add_flag("--deterministic", c.deterministic,
+                 "Parameter server: take the workers' requests in a fixed order (reproducible runs)");
+    add_whole<std::uint32_t>(app, "--soft-c", c.soft_c, "soft: gradients averaged into one update (0: all workers)", 0,
+                             1u << 20);
+    add_name(app, "--staleness-scaling", c.staleness_scaling, "soft: scale each gradient by 1 / its staleness",
+             {"on", "off"});
+    add_whole<std::uint64_t>(app, "--fetch-every", c.fetch_every, "async: pull the parameters every N steps", 1,
+                             std::uint64_t{1} << 32);
+    add_whole<std::uint64_t>(app, "--push-every", c.push_every, "async: push the summed gradients every N steps", 1,
+                             std::uint64_t{1} << 32);
+    add_whole<std::uint64_t>(app, "--ssp-bound", c.ssp_bound, "ssp: clocks a worker may run ahead of the slowest", 0,
+                             std::uint64_t{1} << 40);
+    add_whole<std::uint64_t>(app, "--easgd-period", c.easgd_period, "easgd: local steps between elastic exchanges", 1,
+                             std::uint64_t{1} << 32);
+    add_real(app, "--easgd-alpha", c.easgd_alpha, "easgd: elasticity (0: 0.9 / workers)", r::closed(0.0, 0.99));
+    add_name(app, "--easgd-form", c.easgd_form, "easgd: with a parameter server, or all ranks at once",
+             {"asynchronous", "synchronous"});
+    add_whole<std::uint32_t>(app, "--backups", c.backups, "backup: gradients per step that may be dropped", 0,
+                             1u << 20);
     add_real(app, "--bucket-mib", c.bucket_mib, "Gradient bucket size in MiB", r::closed(1e-4, 1024.0));
     app.add_option("--checkpoint", c.checkpoint, "Write a checkpoint after every epoch (prefix; one file per rank)");
     app.add_option("--resume", c.resume, "Resume from a checkpoint prefix written by --checkpoint");
@@ -82,7 +112,28 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
     add_whole<std::size_t>(app, "--synthetic-samples", c.synthetic_samples, "Training samples of --synthetic", 1,
                            std::size_t{1} << 24);
     add_whole<std::size_t>(app, "--max-steps", c.max_steps, "Stop after this many steps (0: all epochs)", 0);
+    add_whole<std::size_t>(app, "--eval-every", c.eval_every,
+                           "Also measure test accuracy every N steps (0: at the end of each epoch only)", 0);
     app.add_flag("!--no-progress-bar", c.progress_bar, "Plain progress lines even on a terminal");
+    app.add_option_function<std::string>(
+           "--slow-rank",
+           [&c](const std::string& v) {
+               if (detail::trimmed(v) == "-1") {
+                   c.slow_rank = -1;
+                   return;
+               }
+               try {
+                   c.slow_rank = parse_whole<int>("--slow-rank", v, 0, std::numeric_limits<int>::max());
+               } catch (const usage_error&) {
+                   if (double x = 0; !detail::read_real(detail::trimmed(v), x)) throw;  // "not a number"
+                   throw usage_error("--slow-rank must be -1 (none) or a rank, a whole number >= 0, got " +
+                                     detail::shown(detail::trimmed(v)));
+               }
+           },
+           "Make this rank a straggler: it sleeps --slow-ms after every backward pass (-1: none)")
+        ->type_name("INT")
+        ->default_str(std::to_string(c.slow_rank));
+    add_real(app, "--slow-ms", c.slow_ms, "Milliseconds --slow-rank sleeps in every step", r::closed(0.0, 3600000.0));
 }
 
 }  // namespace hitch_examples

@@ -30,7 +30,9 @@ inline void plot_metrics(const std::vector<std::string>& metrics_files, const st
         std::map<std::uint64_t, std::uint64_t> steps_in_epoch;
         for (std::string line; std::getline(in, line);) {
             if (line.empty()) continue;
-            rows.push_back(nlohmann::json::parse(line));
+            auto row = nlohmann::json::parse(line);
+            if (!row.contains("step")) continue;  // the summary line that ends a run
+            rows.push_back(std::move(row));
             ++steps_in_epoch[rows.back()["epoch"].get<std::uint64_t>()];
         }
         std::uint64_t per_epoch = 1;

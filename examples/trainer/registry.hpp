@@ -1,12 +1,14 @@
 #pragma once
 // Names on the command line -> hitch types, and the options each type takes from train_config. One list per
 // template argument of hitch::data_parallel; the training loop is instantiated for every combination the lists
-// allow (local SGD exchanges no gradients, so it pairs only with compressor "none").
+// allow (only hard sync exchanges gradients through a compressor: every other policy pairs with "none").
 
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "hitch/compress/bf16.hpp"
 #include "hitch/compress/dgc.hpp"
@@ -26,8 +28,14 @@
 #include "hitch/optim/lars.hpp"
 #include "hitch/optim/momentum.hpp"
 #include "hitch/optim/sgd.hpp"
+#include "hitch/sync/async.hpp"
+#include "hitch/sync/backup_workers.hpp"
+#include "hitch/sync/easgd.hpp"
 #include "hitch/sync/hard.hpp"
+#include "hitch/sync/hogwild.hpp"
 #include "hitch/sync/local_sgd.hpp"
+#include "hitch/sync/soft.hpp"
+#include "hitch/sync/ssp.hpp"
 #include "option_values.hpp"
 #include "train.hpp"
 
@@ -154,16 +162,104 @@ X make_compressor(const train_config& c, std::size_t steps_per_epoch, int ranks)
 
 template <class F>
 decltype(auto) with_sync(std::string_view name, F&& f) {
-    if (name == "hard") return f(tag<hitch::sync::hard>{});
-    if (name == "local_sgd") return f(tag<hitch::sync::local_sgd>{});
+    namespace s = hitch::sync;
+    if (name == "hard") return f(tag<s::hard>{});
+    if (name == "local_sgd") return f(tag<s::local_sgd>{});
+    if (name == "soft") return f(tag<s::soft>{});
+    if (name == "async") return f(tag<s::async>{});
+    if (name == "ssp") return f(tag<s::ssp>{});
+    if (name == "easgd") return f(tag<s::easgd>{});
+    if (name == "backup") return f(tag<s::backup_workers>{});
+    if (name == "hogwild") return f(tag<s::hogwild>{});
     unknown_name("--sync", name, sync_names());
 }
 
+/// A policy whose options include a parameter server's (hitch::sync::server_options).
+template <class P>
+concept has_server_options = requires(typename P::options_type o) { o.server; };
+
 template <class P>
 typename P::options_type sync_options(const train_config& c) {
+    namespace s = hitch::sync;
     typename P::options_type o{};
-    if constexpr (std::is_same_v<P, hitch::sync::local_sgd>) o.period = c.local_sgd_period;
+    if constexpr (has_server_options<P>) {
+        o.server.placement =
+            c.server_placement == "dedicated" ? s::server_placement::dedicated : s::server_placement::colocated;
+        o.server.dedicated_servers = c.dedicated_servers;
+        o.server.sharding = c.shard_by == "range" ? s::shard_by::range : s::shard_by::layer;
+        o.server.deterministic = c.deterministic;
+    }
+    if constexpr (std::is_same_v<P, s::local_sgd>) {
+        o.period = c.local_sgd_period;
+        o.block_momentum = c.block_momentum;
+        o.block_learning_rate = c.block_lr;
+        o.nesterov = c.block_nesterov == "on";
+    } else if constexpr (std::is_same_v<P, s::soft>) {
+        o.gradients_per_update = c.soft_c;
+        o.scale_by_staleness = c.staleness_scaling == "on";
+    } else if constexpr (std::is_same_v<P, s::async>) {
+        o.fetch_every = c.fetch_every;
+        o.push_every = c.push_every;
+    } else if constexpr (std::is_same_v<P, s::ssp>) {
+        o.staleness_bound = c.ssp_bound;
+    } else if constexpr (std::is_same_v<P, s::easgd>) {
+        o.period = c.easgd_period;
+        o.alpha = c.easgd_alpha;
+        o.kind = c.easgd_form == "synchronous" ? s::easgd::form::synchronous : s::easgd::form::asynchronous;
+    } else if constexpr (std::is_same_v<P, s::backup_workers>) {
+        o.backups = c.backups;
+    }
     return o;
+}
+
+/// The options the policy runs with, as the JSON line reports them ("sync_options"): the fields of
+/// P::options_type that the command line sets, read back from what sync_options<P> built.
+template <class P>
+nlohmann::ordered_json sync_options_json(const typename P::options_type& o) {
+    namespace s = hitch::sync;
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    if constexpr (std::is_same_v<P, s::local_sgd>) {
+        j["period"] = o.period;
+        j["average_optimizer_state"] = o.average_optimizer_state;
+        j["block_momentum"] = o.block_momentum;
+        if (o.block_momentum > 0.0) {
+            j["block_learning_rate"] = o.block_learning_rate;
+            j["nesterov"] = o.nesterov;
+        }
+    } else if constexpr (std::is_same_v<P, s::soft>) {
+        j["gradients_per_update"] = o.gradients_per_update;
+        j["scale_by_staleness"] = o.scale_by_staleness;
+    } else if constexpr (std::is_same_v<P, s::async>) {
+        j["fetch_every"] = o.fetch_every;
+        j["push_every"] = o.push_every;
+    } else if constexpr (std::is_same_v<P, s::ssp>) {
+        j["staleness_bound"] = o.staleness_bound;
+    } else if constexpr (std::is_same_v<P, s::easgd>) {
+        j["period"] = o.period;
+        j["alpha"] = o.alpha;
+        j["form"] = o.kind == s::easgd::form::synchronous ? "synchronous" : "asynchronous";
+    } else if constexpr (std::is_same_v<P, s::backup_workers>) {
+        j["backups"] = o.backups;
+    }
+    if constexpr (has_server_options<P>) {
+        bool server = true;  // easgd's synchronous form averages over all ranks and runs no server
+        if constexpr (std::is_same_v<P, s::easgd>) server = o.kind == s::easgd::form::asynchronous;
+        if (server) {
+            j["placement"] = std::string(s::to_string(o.server.placement));
+            if (o.server.placement == s::server_placement::dedicated) j["servers"] = o.server.dedicated_servers;
+            j["sharding"] = std::string(s::to_string(o.server.sharding));
+            j["deterministic"] = o.server.deterministic;
+        }
+    }
+    return j;
+}
+
+/// sync_options_json for the policy --sync names.
+inline nlohmann::ordered_json sync_options_json(const train_config& c) {
+    return with_sync(c.sync, [&](auto p) {
+        using P = typename decltype(p)::type;
+        return sync_options_json<P>(sync_options<P>(c));
+    });
 }
 
 }  // namespace hitch_examples

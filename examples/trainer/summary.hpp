@@ -1,6 +1,7 @@
 #pragma once
-// The trainers' last line: one JSON object describing the run and its result. Every key, its type, unit and
-// meaning is listed in docs/metrics.md, in this order; tests/trainers checks the two agree.
+// The trainers' last line: one JSON object describing the run and its result, also the last line of rank 0's
+// --metrics file. Every key, its type, unit and meaning is listed in docs/metrics.md, in this order;
+// tests/trainers checks the two agree.
 
 #include <string>
 #include <string_view>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hitch/compress/detail/simd.hpp"
+#include "registry.hpp"
 #include "train.hpp"
 
 namespace hitch_examples {
@@ -36,14 +38,20 @@ inline std::string summary_line(const std::string& example, const train_config& 
     j["optimizer"] = config.optimizer;
     j["compressor"] = config.compressor;
     j["sync"] = config.sync;
+    j["sync_options"] = sync_options_json(config);
     j["allreduce"] = config.allreduce;
     j["exchange"] = result.exchange;
     j["kernel_isa"] = std::string(kernel_isa());
     j["epochs"] = result.epochs_run;
     j["batch_size"] = config.batch_size;
+    j["slow_rank"] = config.slow_rank;
+    j["slow_ms"] = config.slow_ms;
     j["test_accuracy"] = result.test_accuracy;
     j["train_seconds"] = result.train_seconds;
     j["samples_per_s"] = result.samples_per_s;
+    j["staleness_mean"] = result.staleness_mean;
+    j["staleness_max"] = result.staleness_max;
+    j["dropped_gradients"] = result.dropped_gradients;
     return j.dump();
 }
 

@@ -40,6 +40,23 @@ struct train_config {
     double terngrad_clip = 2.5;  // TernGrad's gradient clipping at c standard deviations (the paper: 2.5)
     std::size_t powersgd_rank = 2;
     std::uint64_t local_sgd_period = 8;
+    double block_momentum = 0.0;        // local_sgd: BMUF's block momentum (0: plain model averaging)
+    double block_lr = 1.0;              // local_sgd: BMUF's block learning rate
+    std::string block_nesterov = "on";  // local_sgd: BMUF's Nesterov-like start of each block
+    // parameter-server policies (soft, async, ssp, backup, easgd asynchronous)
+    std::string server_placement = "colocated";  // or "dedicated": the last --servers ranks only serve
+    int dedicated_servers = 1;
+    std::string shard_by = "layer";
+    bool deterministic = false;
+    std::uint32_t soft_c = 1;  // gradients per update (0: as many as workers)
+    std::string staleness_scaling = "on";
+    std::uint64_t fetch_every = 1;
+    std::uint64_t push_every = 1;
+    std::uint64_t ssp_bound = 3;
+    std::uint64_t easgd_period = 4;
+    double easgd_alpha = 0.0;  // 0: 0.9 / workers (the paper's beta = 0.9)
+    std::string easgd_form = "asynchronous";
+    std::uint32_t backups = 1;
     double bucket_mib = 25.0;
     // files
     std::string checkpoint;
@@ -54,7 +71,11 @@ struct train_config {
     bool synthetic = false;
     std::size_t synthetic_samples = 8192;
     bool progress_bar = true;
-    std::size_t max_steps = 0;  // stop after this many steps (0: run every epoch)
+    std::size_t max_steps = 0;   // stop after this many steps (0: run every epoch)
+    std::size_t eval_every = 0;  // also evaluate every this many steps (0: at the end of each epoch only)
+    // a deliberately slow worker, to see what each sync policy does with a straggler
+    int slow_rank = -1;    // the rank that sleeps after every backward pass (-1: none)
+    double slow_ms = 0.0;  // milliseconds it sleeps
 };
 
 /// What a run reports; the trainer prints it as its last line.
@@ -67,6 +88,12 @@ struct train_result {
     /// use: the all-reduce schedules that ran (`automatic` resolved to its picks), or the compressed exchange
     /// (compressed_ring, allgather). Empty on one rank.
     std::vector<std::string> exchange;
+    /// The sync policy's staleness after each step (data_parallel::staleness()), over every step of every rank:
+    /// the mean and the largest.
+    double staleness_mean = 0.0;
+    std::uint64_t staleness_max = 0;
+    /// Gradients of every worker that a backup-workers step dropped (data_parallel::dropped_gradients()).
+    std::uint64_t dropped_gradients = 0;
 };
 
 /// The data and model a trainer trains.
@@ -87,10 +114,25 @@ train_result train_with(Communicator& comm, const train_config& config, const ta
 template <class Communicator>
 train_result train(Communicator& comm, const train_config& config, const task& t);
 
-/// Throws usage_error naming both sides when options that each make sense cannot work together (local SGD with a
-/// compressor, DGC with a second momentum, MPI's own all-reduce on threads, a batch that does not split over
-/// `ranks`; 0: not known yet). train() checks it first.
+/// Throws usage_error naming both sides when options that each make sense cannot work together (a policy that
+/// exchanges no gradients with a compressor, DGC with a second momentum, MPI's own all-reduce or Hogwild on the
+/// wrong kind of ranks, a batch that does not split over the workers of `ranks`, a --slow-rank that is not one of
+/// them, dedicated servers that leave no worker; 0: not known yet). train() checks it first.
 void check_combination(const train_config& config, int ranks);
+
+/// Whether --sync runs hitch's parameter server (soft, async, ssp, backup, and easgd in its asynchronous form).
+bool uses_server(const train_config& config);
+
+/// The ranks that train: `ranks` less the dedicated server ranks (the last ones).
+int worker_count(const train_config& config, int ranks);
+
+/// What the learning rate is multiplied by for --sync: --lr is the rate for the global batch of `workers` local
+/// batches, and by the linear scaling rule (Goyal et al. 2017) an update that applies fewer local batches at once
+/// gets a proportionally smaller rate: c / workers under soft (c gradients averaged), (workers - b) / workers
+/// under backup, 1 / workers under async, ssp and hogwild (one local batch per update). 1 for the policies whose
+/// updates average every worker (hard) or step each replica on its own batch and average the replicas (local_sgd,
+/// easgd: the average of p replicas each stepped at rate lr is one step at lr on the mean gradient).
+double lr_scale(const train_config& config, int workers);
 
 /// The names each flag accepts.
 std::vector<std::string> optimizer_names();

@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/sampler.hpp"
@@ -100,16 +101,29 @@ inline std::vector<std::byte> as_bytes_vector(const void* p, std::size_t n) {
 template <class O, class X, class P, class C>
 train_result train_with(C& comm, const train_config& config, const task& t) {
     using dp_t = hitch::data_parallel<O, X, P, schedule_by_name>;
-    const int p = comm.size();
     const int rank = comm.rank();
+    // With dedicated parameter servers the last ranks only serve: the data and the batch are split over the
+    // workers, ranks 0 to p - 1 here.
+    const int p = worker_count(config, comm.size());
+    const bool serves_only = rank >= p;
     const std::size_t local_batch = config.batch_size / static_cast<std::size_t>(p);
     const data::dataset& train_set = *t.train;
     const data::dataset& test_set = *t.test;
+    // Policies whose workers do not step together (a parameter server, Hogwild) must not meet in a collective
+    // while training: a worker waiting in one would hold back the updates the others wait for. Rank 0 alone then
+    // measures the test accuracy, on its own parameters, and the workers meet only when every one has finished.
+    constexpr bool apart = hitch::asynchronous_policy<P>;
+
+    // The workers' own communicator for evaluation and the figures at the end, when some ranks only serve
+    // (collective over every rank, before data_parallel's own).
+    std::optional<C> workers_comm;
+    if (p != comm.size()) workers_comm.emplace(comm.split(serves_only ? 1 : 0, rank));
+    C& workers = workers_comm ? *workers_comm : comm;
 
     nn::model<float> model = t.build(local_batch, config.seed);
     nn::softmax_cross_entropy<float> loss(local_batch, model.output_shape().size());
     data::batch_loader<float> loader(train_set, t.norm, local_batch);
-    data::sharded_sampler sampler(train_set.size(), rank, p, config.seed);
+    data::sharded_sampler sampler(train_set.size(), serves_only ? 0 : rank, p, config.seed);
     const std::size_t steps_per_epoch = sampler.batches_per_epoch(local_batch);
 
     std::vector<hitch::layer> layers;
@@ -124,16 +138,23 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     o.compressor = make_compressor<X>(config, steps_per_epoch, p);
     o.sync = sync_options<P>(config);
     o.schedule = schedule_by_name({config.allreduce});
-    o.learning_rate = detail::make_lr_schedule(config);
+    o.learning_rate = [schedule = detail::make_lr_schedule(config), scale = lr_scale(config, p)](
+                          std::uint64_t at, std::uint64_t per_epoch) { return scale * schedule(at, per_epoch); };
     o.steps_per_epoch = steps_per_epoch;
     o.bucket_bytes = static_cast<std::size_t>(config.bucket_mib * 1024.0 * 1024.0);
     o.timeline = config.timeline.empty() ? nullptr : &timeline;
     hitch::cpu device;
     dp_t dp(comm, device, layers, o);
+    if (dp.worker_count() != p || dp.serves_only() != serves_only)
+        throw std::logic_error("the trainer and hitch::data_parallel disagree on which ranks are workers");
+    if (serves_only) {
+        dp.serve();  // until every worker has finished
+        return {};
+    }
 
     // Batch-norm running statistics are local to each rank; they are averaged before every evaluation and
     // checkpoint, as DDP broadcasts buffers.
-    hitch::allreduce::group buffers_group(comm);
+    hitch::allreduce::group buffers_group(workers);
     const auto sync_buffers = [&] {
         for (const auto& b : model.buffers())
             hitch::allreduce::allreduce(buffers_group, hitch::tensor_view<float>(b.value.data(), b.value.size()),
@@ -168,12 +189,14 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     progress bar(rank == 0, config.progress_bar, config.epochs, steps_per_epoch);
     bar.set_first_epoch(first_epoch);
 
-    // Each rank evaluates a contiguous share of the test set; the counts are summed.
+    // Each rank evaluates a contiguous share of the test set; the counts are summed. Apart (see above), rank 0
+    // evaluates all of it alone.
+    const int evaluators = apart ? 1 : p;
     const auto evaluate = [&]() -> double {
-        sync_buffers();
+        if (!apart) sync_buffers();
         const std::size_t n = test_set.size();
-        const std::size_t begin = n * static_cast<std::size_t>(rank) / static_cast<std::size_t>(p);
-        const std::size_t end = n * static_cast<std::size_t>(rank + 1) / static_cast<std::size_t>(p);
+        const std::size_t begin = n * static_cast<std::size_t>(rank) / static_cast<std::size_t>(evaluators);
+        const std::size_t end = n * static_cast<std::size_t>(rank + 1) / static_cast<std::size_t>(evaluators);
         data::batch_loader<float> eval_loader(test_set, t.norm, local_batch);
         std::uint64_t correct = 0;
         for (std::size_t first = begin; first < end; first += local_batch) {
@@ -183,8 +206,11 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             (void)loss.forward(logits, eval_loader.labels());
             correct += loss.correct();
         }
-        std::uint64_t total = 0;
-        for (std::uint64_t c : hitch::comm::allgather_value(comm, correct)) total += c;
+        std::uint64_t total = correct;
+        if (!apart) {
+            total = 0;
+            for (std::uint64_t c : hitch::comm::allgather_value(workers, correct)) total += c;
+        }
         return static_cast<double>(total) / static_cast<double>(n);
     };
 
@@ -193,6 +219,9 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     std::uint64_t samples = 0;
     double test_accuracy = 0.0;
     std::size_t steps_done = 0;
+    double staleness_sum = 0.0;
+    std::uint64_t staleness_max = 0;
+    const bool slowed = rank == config.slow_rank && config.slow_ms > 0.0;
     bool stop = false;
     std::size_t epoch = first_epoch;
     for (; epoch < config.epochs && !stop; ++epoch) {
@@ -210,7 +239,14 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             const double batch_loss = loss.forward(logits, loader.labels());
             model.backward(loss.gradient(), [&](std::size_t i) { dp.gradient_ready(i); });
             compute.reset();
+            if (slowed) {
+                const hitch::train::timeline::scoped_span slow(timeline.enabled() ? &timeline : nullptr, "--slow-ms",
+                                                               "compute");
+                std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config.slow_ms));
+            }
             hitch::train::step_metrics m = dp.step(batch_loss);
+            staleness_sum += static_cast<double>(dp.staleness());
+            staleness_max = std::max(staleness_max, dp.staleness());
             train_seconds += std::chrono::duration<double>(clock::now() - step_start).count();
             samples += loader.size() * static_cast<std::uint64_t>(p);
             loss_sum += batch_loss;
@@ -219,7 +255,8 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             ++steps_done;
             const bool last = step_in_epoch + 1 == steps_per_epoch;
             stop = config.max_steps != 0 && steps_done >= config.max_steps;
-            if (last || stop) {
+            if ((last || stop || (config.eval_every != 0 && (m.step + 1) % config.eval_every == 0)) &&
+                (!apart || rank == 0)) {
                 test_accuracy = evaluate();
                 m.accuracy = test_accuracy;
             }
@@ -234,7 +271,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
         bar.epoch(epoch, loss_sum / static_cast<double>(std::max<std::size_t>(step_in_epoch, 1)), test_accuracy,
                   std::chrono::duration<double>(clock::now() - epoch_start).count());
         if (!config.checkpoint.empty()) {
-            sync_buffers();
+            if (!apart) sync_buffers();
             std::vector<std::pair<std::string, std::vector<std::byte>>> extra;
             const auto where = sampler.tell();
             extra.emplace_back("data.position", detail::as_bytes_vector(&where, sizeof(where)));
@@ -243,6 +280,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             dp.save(config.checkpoint, extra);
         }
     }
+    dp.finish();  // a parameter server's workers: wait until every one has finished
     if (!config.timeline.empty()) {
         std::ofstream out(detail::per_rank(config.timeline, rank));
         timeline.write(out);
@@ -259,10 +297,24 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     } else {
         r.exchange = o.schedule.used();  // dp holds a copy of o.schedule; copies share what they record
     }
+    if (uses_server(config)) r.exchange.emplace_back("sharded_server");
     // Every rank reports the slowest rank's time (the run is as fast as its slowest replica).
-    const auto times = hitch::comm::allgather_value(comm, r.train_seconds);
+    const auto times = hitch::comm::allgather_value(workers, r.train_seconds);
     r.train_seconds = *std::max_element(times.begin(), times.end());
     r.samples_per_s = r.train_seconds > 0 ? static_cast<double>(samples) / r.train_seconds : 0.0;
+    struct staleness_totals {
+        double sum;
+        std::uint64_t steps, max, dropped;
+    };
+    double all_sum = 0.0, all_steps = 0.0;
+    for (const auto& s : hitch::comm::allgather_value(
+             workers, staleness_totals{staleness_sum, steps_done, staleness_max, dp.dropped_gradients()})) {
+        all_sum += s.sum;
+        all_steps += static_cast<double>(s.steps);
+        r.staleness_max = std::max(r.staleness_max, s.max);
+        r.dropped_gradients += s.dropped;
+    }
+    r.staleness_mean = all_steps > 0.0 ? all_sum / all_steps : 0.0;
     return r;
 }
 

@@ -1,12 +1,14 @@
 // Checks JSON lines a trainer wrote against docs/metrics.md: every key emitted is listed for its line, in the listed
 // order and of the listed type, and every listed key that is not reserved is emitted by every line of its kind.
 //
-//   metrics_keys DOCS KIND=FILE...     KIND is a line named in the docs' "line" column (summary, step)
+//   metrics_keys DOCS KIND=FILE...     KIND is a line named in the docs' "line" column (summary, step), or
+//                                      metrics: a --metrics file of rank 0, step lines ending with a summary line
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -59,6 +61,7 @@ bool has_type(const nlohmann::json& v, const std::string& type) {
     if (type == "integer") return v.is_number_integer();
     if (type == "number") return v.is_number();
     if (type == "boolean") return v.is_boolean();
+    if (type == "object") return v.is_object();
     if (type == "number or null") return v.is_number() || v.is_null();
     if (type == "array of strings") {
         if (!v.is_array()) return false;
@@ -83,19 +86,26 @@ int main(int argc, char** argv) {
         ++problems;
     };
     if (listed.empty()) problem(std::string(argv[1]) + ": no '| key | line | type | unit | meaning |' table");
+    // A line's keys that are not reserved, in the listed order, and all its listed keys.
+    const auto keys_of = [&](const std::string& kind) {
+        std::pair<std::vector<listed_key>, std::map<std::string, listed_key>> out;
+        for (const auto& k : listed)
+            if (k.line == kind) {
+                out.second[k.key] = k;
+                if (!k.reserved) out.first.push_back(k);
+            }
+        if (out.first.empty()) problem("docs list no keys for the " + kind + " line");
+        return out;
+    };
+    const auto step_keys = keys_of("step"), summary_keys = keys_of("summary");
     for (int a = 2; a < argc; ++a) {
         const std::string arg = argv[a];
         const std::string kind = arg.substr(0, arg.find('=')), file = arg.substr(arg.find('=') + 1);
-        std::vector<listed_key> expected;  // this line's keys that are not reserved, in the listed order
-        std::map<std::string, listed_key> all;
-        for (const auto& k : listed)
-            if (k.line == kind) {
-                all[k.key] = k;
-                if (!k.reserved) expected.push_back(k);
-            }
-        if (expected.empty()) problem("docs list no keys for the " + kind + " line");
+        const bool mixed = kind == "metrics";
+        const auto own = mixed ? step_keys : keys_of(kind);
         std::ifstream in(file);
         int lines = 0;
+        std::string last_kind;
         for (std::string text; std::getline(in, text);) {
             if (text.empty()) continue;
             ++lines;
@@ -107,11 +117,17 @@ int main(int argc, char** argv) {
                 problem(where + "not JSON: " + e.what());
                 continue;
             }
+            // In a metrics file, a step line starts with "step"; the line that ends a run is a summary line.
+            const bool is_step = !mixed || (!j.empty() && j.begin().key() == "step");
+            const std::string line_kind = mixed ? (is_step ? "step" : "summary") : kind;
+            last_kind = line_kind;
+            const auto& [expected, all] = mixed && !is_step ? summary_keys : own;
             std::vector<std::string> order;
             for (const auto& [key, value] : j.items()) {
                 const auto it = all.find(key);
                 if (it == all.end())
-                    problem(where + "key '" + key + "' is not listed for the " + kind + " line in docs/metrics.md");
+                    problem(where + "key '" + key + "' is not listed for the " + line_kind +
+                            " line in docs/metrics.md");
                 else if (it->second.reserved)
                     problem(where + "key '" + key + "' is emitted but listed as reserved");
                 else if (!has_type(value, it->second.type))
@@ -124,12 +140,13 @@ int main(int argc, char** argv) {
             for (const auto& k : expected) {
                 want.push_back(k.key);
                 if (!j.contains(k.key))
-                    problem(where + "listed key '" + k.key + "' of the " + kind + " line is not emitted");
+                    problem(where + "listed key '" + k.key + "' of the " + line_kind + " line is not emitted");
             }
             if (order != want && problems == 0) problem(where + "the keys are not in the listed order: " + text);
         }
         if (lines == 0) problem(file + ": no " + kind + " lines to check");
-        std::cout << kind << ": " << lines << " lines of " << file << " checked against " << expected.size()
+        if (mixed && last_kind != "summary") problem(file + ": the metrics file does not end with a summary line");
+        std::cout << kind << ": " << lines << " lines of " << file << " checked against " << own.first.size()
                   << " keys\n";
     }
     return problems == 0 ? 0 : 1;

@@ -1,0 +1,5 @@
+#include "instantiate.hpp"
+
+namespace hitch_examples {
+HITCH_EXAMPLE_TRAIN_EVERY_OPTIMIZER(hitch::sync::backup_workers)
+}  // namespace hitch_examples
