@@ -84,7 +84,9 @@ public:
                 world_->check_alive(me);
                 if (!complete(r)) return false;
             }
-            r.failed_polls = 0;
+            // Only news counts as progress: a test that sees a completion again is no reason to keep polling.
+            if (!op_->observed) r.failed_polls = 0;
+            op_->observed = true;
             return finish();
         }
         /// Waits up to the communicator's timeout, in virtual time.
@@ -136,6 +138,7 @@ public:
                    op_->done_at <= r.now();
         }
         bool finish() {
+            detail::sim_world::detach(*op_);
             if (op_->state == detail::sim_state::failed) throw comm_error(op_->error_text);
             return true;
         }
@@ -151,6 +154,7 @@ public:
         void cancel_if_pending() noexcept {
             if (!op_ || !world_) return;
             std::lock_guard lock(world_->m);
+            detail::sim_world::detach(*op_);
             world_->cancel(op_);
         }
 
@@ -192,6 +196,7 @@ public:
         const int w = world_rank();
         detail::sim_rank& r = me();
         world_->check_alive(w);
+        r.failed_polls = 0;
         const vtime dt = to_vtime(t.count() * r.slow);
         if (r.now() + dt >= r.dies_at) {
             r.busy += r.dies_at - r.now();
@@ -201,6 +206,21 @@ public:
         r.set_now(r.now() + dt);
         r.busy += dt;
         world_->yield(w, lock);
+    }
+
+    /// Idles until virtual time `t` (nothing when it has passed): a start all ranks agree on, or a wait for an event
+    /// outside the model. Not compute: a slow rank is not slower at it.
+    void advance_to(seconds_f t) {
+        option_validator("hitch::comm::simulated::advance_to").closed("seconds", t.count(), 0.0, 1e9);
+        std::unique_lock lock(world_->m);
+        const int w = world_rank();
+        detail::sim_rank& r = me();
+        world_->check_alive(w);
+        const vtime at = to_vtime(t.count());
+        if (at <= r.now()) return;
+        const detail::fixed_time_waiter waiter(at);
+        world_->block(w, waiter, at, lock);
+        world_->check_alive(w);
     }
 
     template <element_type T>
@@ -273,10 +293,7 @@ public:
             if (s != nullptr && s->arrival <= r.now()) return message_info{s->source, s->tag, s->bytes};
             return std::nullopt;
         };
-        if (auto m = found()) {
-            r.failed_polls = 0;
-            return m;
-        }
+        if (auto m = found()) return m;
         if (++r.failed_polls < polls_before_waiting) return std::nullopt;
         r.failed_polls = 0;
         const detail::poll_waiter waiter(r, *world_->boxes[static_cast<std::size_t>(w)]);

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <semaphore>
 #include <string>
 #include <tuple>
@@ -60,7 +61,8 @@ enum class sim_state : std::uint8_t { pending, done, failed, cancelled };
 struct sim_op {
     sim_kind kind{};
     sim_state state = sim_state::pending;
-    bool queued = false;  // in a mailbox, unmatched
+    bool queued = false;    // in a mailbox, unmatched
+    bool observed = false;  // its owner has seen it complete
     dtype type = dtype::u8;
     std::uint64_t context = 0;
     int source = 0;  // sender's group rank (a receive: the one it asks for, or any_source)
@@ -69,7 +71,9 @@ struct sim_op {
     int owner = 0;  // world rank that posted it
     int owner_rank = 0;
     std::size_t bytes = 0;
-    std::vector<std::byte> payload;
+    std::vector<std::byte> payload;           // an unmatched send's bytes, once its sender may reuse its buffer
+    const std::byte* borrowed = nullptr;      // an unmatched send's bytes, still in the sender's buffer
+    std::optional<std::size_t> corrupt_byte;  // simulated_faults::corrupted
     std::byte* into = nullptr;
     vtime done_at = vtime_never;  // when it completes, once known
     vtime arrival = 0;            // a send: when its last byte reaches the receiver
@@ -256,14 +260,25 @@ struct sim_world {
                 " with tag ", send.tag, " expected ", describe(recv), " but the message has ", describe(send));
             recv.state = sim_state::failed;
         } else {
-            if (send.bytes != 0) std::memcpy(recv.into, send.payload.data(), send.bytes);
+            if (send.bytes != 0) {
+                std::memcpy(recv.into, send.borrowed != nullptr ? send.borrowed : send.payload.data(), send.bytes);
+                if (send.corrupt_byte) recv.into[*send.corrupt_byte % send.bytes] ^= std::byte{0x5a};
+            }
             recv.state = sim_state::done;
             sim_rank& r = rank(recv.owner);
             r.bytes_received += send.bytes;
             ++r.messages_received;
         }
+        send.borrowed = nullptr;
         send.payload.clear();
         send.payload.shrink_to_fit();
+    }
+
+    /// The sender may touch its buffer from now on: an unmatched send takes a copy of its bytes.
+    static void detach(sim_op& send) {
+        if (send.kind != sim_kind::send || !send.queued || send.borrowed == nullptr) return;
+        send.payload.assign(send.borrowed, send.borrowed + send.bytes);
+        send.borrowed = nullptr;
     }
 
     /// Posts a send from world rank `me` to world rank `to` at the sender's virtual time.
@@ -278,11 +293,11 @@ struct sim_world {
         ++r.messages_sent;
         remember(r, op);
         for (const auto& l : options.faults.lost)
-            if (l.from == me && l.to == to && l.nth == nth) return;
-        op->payload.assign(data.begin(), data.end());
+            if (l.from == me && l.to == to && (l.nth == nth || l.nth < 0)) return;
+        // The bytes stay in the sender's buffer until a receive takes them or the sender may reuse it (detach).
+        op->borrowed = data.data();
         for (const auto& c : options.faults.corrupted)
-            if (c.from == me && c.to == to && c.nth == nth && !op->payload.empty())
-                op->payload[c.byte % op->payload.size()] ^= std::byte{0x5a};
+            if (c.from == me && c.to == to && (c.nth == nth || c.nth < 0)) op->corrupt_byte = c.byte;
         sim_mailbox& box = *boxes[static_cast<std::size_t>(to)];
         auto it =
             std::find_if(box.posted.begin(), box.posted.end(), [&](const auto& q) { return sim_matches(*op, *q); });
@@ -354,6 +369,13 @@ struct op_waiter final : sim_waiter {
     explicit op_waiter(const sim_op& o) : op(o) {}
     [[nodiscard]] vtime ready_at() const override { return op.done_at; }
     const sim_op& op;
+};
+
+/// A given virtual time.
+struct fixed_time_waiter final : sim_waiter {
+    explicit fixed_time_waiter(vtime t) : at(t) {}
+    [[nodiscard]] vtime ready_at() const override { return at; }
+    vtime at;
 };
 
 /// A rank that polls without result: wakes when any op it posted completes or a message reaches its mailbox.

@@ -129,13 +129,13 @@ struct simulated_faults {
         double extra_latency_s = 0.0;
     };
     /// The nth message (from 0, counting every message of any tag) from `from` to `to` is lost: its send completes,
-    /// nothing arrives.
+    /// nothing arrives. nth = -1: every message (a cut link).
     struct lost_message {
         int from = 0;
         int to = 1;
         int nth = 0;
     };
-    /// The nth message from `from` to `to` arrives with byte (byte mod its size) flipped.
+    /// The nth message from `from` to `to` (-1: every one) arrives with byte (byte mod its size) changed.
     struct corrupted_message {
         int from = 0;
         int to = 1;
@@ -162,11 +162,11 @@ struct simulated_faults {
         for (const auto& l : lost)
             check.half_open("lost.from", l.from, 0, ranks)
                 .half_open("lost.to", l.to, 0, ranks)
-                .at_least("lost.nth", l.nth, 0);
+                .at_least("lost.nth", l.nth, -1);
         for (const auto& c : corrupted)
             check.half_open("corrupted.from", c.from, 0, ranks)
                 .half_open("corrupted.to", c.to, 0, ranks)
-                .at_least("corrupted.nth", c.nth, 0);
+                .at_least("corrupted.nth", c.nth, -1);
     }
 };
 
