@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hitch/allreduce/allreduce.hpp"
@@ -246,4 +248,40 @@ TEST_CASE("comm::simulated: invalid networks and faults are config_error naming 
     options.faults.deaths.push_back({5, 1.0});
     CHECK_THROWS_WITH(run_simulated(2, net, [](simulated&) {}, options), Catch::Contains("deaths.rank"));
     CHECK_THROWS_WITH(run_simulated(0, net, [](simulated&) {}), Catch::Contains("ranks"));
+}
+
+TEST_CASE("comm::simulated faults: heavy-tailed stalls repeat exactly and follow their distribution",
+          "[comm][simulated][faults]") {
+    // Pareto stalls of scale 1 ms and shape 3 (mean 1.5 ms) after a fifth of 2,000 compute calls of 1 us.
+    simulated_options options;
+    options.faults.delays.push_back({1, 0.2, 1e-3, 3.0, 42});
+    options.record_timeline = true;
+    const auto once = [&] {
+        return simulate(
+            2, net,
+            [](simulated& comm) {
+                for (int i = 0; i < 2000; ++i) comm.compute(seconds_f(1e-6));
+                comm.barrier();
+                return 0;
+            },
+            options);
+    };
+    const auto a = once(), b = once();
+    CHECK(a.ranks[1].busy_s == b.ranks[1].busy_s);
+    CHECK(same_time(a.ranks[0].busy_s, 2000 * 1e-6));  // rank 0 has no stalls
+    const double stalls = a.ranks[1].busy_s - 2000 * 1e-6;
+    CHECK(stalls / (0.2 * 2000) > 1.5e-3 * 0.8);  // mean stall about 1.5 ms
+    CHECK(stalls / (0.2 * 2000) < 1.5e-3 * 1.2);
+    int long_ones = 0;  // every stall is at least the scale; some are far longer
+    for (const auto& e : a.ranks[1].timeline)
+        if (std::string_view(e.name) == "compute" && e.end_s - e.begin_s > 1e-6 + 4e-3) ++long_ones;
+    CHECK(long_ones > 0);
+    // Rank 0 waits in the barrier for rank 1; the timeline shows it, and names whom it waited for.
+    const auto& last = a.ranks[0].timeline.back();
+    CHECK(std::string_view(last.name) == "wait");
+    CHECK(last.peer == 1);
+    std::ostringstream trace;
+    hitch::comm::write_chrome_trace(a, trace);
+    CHECK(trace.str().find("\"name\":\"compute\",\"cat\":\"compute\",\"ph\":\"X\"") != std::string::npos);
+    CHECK(trace.str().find("\"pid\":1") != std::string::npos);
 }

@@ -80,7 +80,7 @@ public:
                 if (++r.failed_polls < polls_before_waiting) return false;
                 r.failed_polls = 0;
                 const detail::poll_waiter w(r, *world_->boxes[static_cast<std::size_t>(me)]);
-                world_->block(me, w, r.now() + to_vtime(timeout_.count()), lock);
+                world_->block(me, w, r.now() + to_vtime(timeout_.count()), lock, "poll", op_->peer);
                 world_->check_alive(me);
                 if (!complete(r)) return false;
             }
@@ -109,7 +109,7 @@ public:
             }
             const vtime start = r.now();
             const detail::op_waiter w(*op_);
-            world_->block(me, w, detail::virtual_deadline(limit, r), lock);
+            world_->block(me, w, detail::virtual_deadline(limit, r), lock, "wait", op_->peer);
             if (complete(r)) {
                 finish();
                 return;
@@ -189,7 +189,7 @@ public:
     /// This rank's index in the world the communicator was split from.
     [[nodiscard]] int world_rank() const noexcept { return (*members_)[static_cast<std::size_t>(rank_)]; }
 
-    /// Spends `t` of computation: the clock moves by t (times the rank's slow factor).
+    /// Spends `t` of computation: the clock moves by t (times the rank's slow factor, plus any injected stall).
     void compute(seconds_f t) {
         option_validator("hitch::comm::simulated::compute").closed("seconds", t.count(), 0.0, 1e9);
         std::unique_lock lock(world_->m);
@@ -197,14 +197,14 @@ public:
         detail::sim_rank& r = me();
         world_->check_alive(w);
         r.failed_polls = 0;
-        const vtime dt = to_vtime(t.count() * r.slow);
-        if (r.now() + dt >= r.dies_at) {
-            r.busy += r.dies_at - r.now();
-            r.set_now(r.dies_at);
-            world_->check_alive(w);
-        }
-        r.set_now(r.now() + dt);
-        r.busy += dt;
+        const vtime from = r.now();
+        const vtime dt = to_vtime(t.count() * r.slow) + world_->stall_after_compute(w);
+        const vtime to = std::min(from + dt, r.dies_at);
+        r.busy += to - from;
+        r.set_now(to);
+        if (world_->options.record_timeline && to > from)
+            r.timeline.push_back({"compute", to_seconds(from), to_seconds(to), -1});
+        world_->check_alive(w);
         world_->yield(w, lock);
     }
 
@@ -219,7 +219,7 @@ public:
         const vtime at = to_vtime(t.count());
         if (at <= r.now()) return;
         const detail::fixed_time_waiter waiter(at);
-        world_->block(w, waiter, at, lock);
+        world_->block(w, waiter, at, lock, "idle");
         world_->check_alive(w);
     }
 
@@ -270,7 +270,7 @@ public:
                 return s != nullptr ? s->arrival : vtime_never;
             }
         } waiter(*this, peer, tag);
-        world_->block(w, waiter, detail::virtual_deadline(limit, r), lock);
+        world_->block(w, waiter, detail::virtual_deadline(limit, r), lock, "probe", peer);
         if (const detail::sim_op* s = first_arrival(peer, tag); s != nullptr && s->arrival <= r.now())
             return {s->source, s->tag, s->bytes};
         world_->check_alive(w);
@@ -297,7 +297,7 @@ public:
         if (++r.failed_polls < polls_before_waiting) return std::nullopt;
         r.failed_polls = 0;
         const detail::poll_waiter waiter(r, *world_->boxes[static_cast<std::size_t>(w)]);
-        world_->block(w, waiter, r.now() + to_vtime(timeout_.count()), lock);
+        world_->block(w, waiter, r.now() + to_vtime(timeout_.count()), lock, "poll", peer);
         world_->check_alive(w);
         return found();
     }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -41,10 +42,20 @@ public:
     using comm_error::comm_error;
 };
 
+/// A span of one rank's virtual time, for a timeline (simulated_options::record_timeline).
+struct simulated_event {
+    const char* name = "";  // compute, wait, poll, probe or idle
+    double begin_s = 0;
+    double end_s = 0;
+    int peer = -1;  // the rank waited for, where one is
+};
+
 struct simulated_options {
     /// Deadline of every blocking call, in virtual seconds (default: HITCH_TIMEOUT_S, else 300).
     double timeout_s = timeout_from_environment().count();
     simulated_faults faults{};
+    /// Keep every compute and wait span of every rank (simulation_report, write_chrome_trace).
+    bool record_timeline = false;
 
     void validate(int ranks) const {
         option_validator("hitch::comm::simulated_options").open_closed("timeout_s", timeout_s, 0.0, 1e9);
@@ -123,6 +134,8 @@ struct sim_rank {
     std::string error_text;
     vtime error_at = 0;
     bool died = false;
+    std::uint64_t compute_calls = 0;
+    std::vector<simulated_event> timeline;
 
     [[nodiscard]] vtime now() const noexcept { return clock.ps.load(std::memory_order_relaxed); }
     void set_now(vtime t) noexcept { clock.ps.store(t, std::memory_order_relaxed); }
@@ -207,14 +220,31 @@ struct sim_world {
         switch_from(me, lock);
     }
     /// Blocks until `w` holds, the deadline passes or the rank dies; returns with the clock at that time.
-    void block(int me, const sim_waiter& w, vtime until, std::unique_lock<std::mutex>& lock) {
+    void block(int me, const sim_waiter& w, vtime until, std::unique_lock<std::mutex>& lock, const char* what = "wait",
+               int peer = -1) {
         sim_rank& r = rank(me);
+        const vtime from = r.now();
         r.status = sim_rank::blocked;
         r.waiting = &w;
         r.wait_deadline = until;
         switch_from(me, lock);
         r.waiting = nullptr;
         r.wait_deadline = vtime_never;
+        if (options.record_timeline && r.now() > from)
+            r.timeline.push_back({what, to_seconds(from), to_seconds(r.now()), peer});
+    }
+    /// The stall simulated_faults::delays adds after this compute() call of rank w.
+    [[nodiscard]] vtime stall_after_compute(int w) {
+        sim_rank& r = rank(w);
+        const std::uint64_t call = r.compute_calls++;
+        vtime stall = 0;
+        for (const auto& d : options.faults.delays) {
+            if (d.rank >= 0 && d.rank != w) continue;
+            if (uniform_draw(d.seed, w, call, 0) >= d.probability) continue;
+            const double u = uniform_draw(d.seed, w, call, 1);
+            stall += to_vtime(std::min(d.scale_s * std::pow(1.0 - u, -1.0 / d.shape), 1e6));
+        }
+        return stall;
     }
     void start() {
         std::lock_guard lock(m);

@@ -143,8 +143,21 @@ struct simulated_faults {
         std::size_t byte = 0;
     };
 
+    /// After each compute() on the rank (-1: every rank), with probability `probability`, a stall drawn from a
+    /// Pareto distribution of scale scale_s and shape `shape` (heavy-tailed: for shape <= 2 its variance is
+    /// infinite, rare stalls are long, as from OS jitter or a shared host). Drawn from seed, rank and call number,
+    /// so a run repeats exactly.
+    struct delay {
+        int rank = -1;
+        double probability = 0.01;
+        double scale_s = 1e-3;
+        double shape = 1.5;
+        std::uint64_t seed = 1;
+    };
+
     std::vector<rank_death> deaths;
     std::vector<slow_rank> slow;
+    std::vector<delay> delays;
     std::vector<degraded_link> degraded;
     std::vector<lost_message> lost;
     std::vector<corrupted_message> corrupted;
@@ -155,6 +168,11 @@ struct simulated_faults {
             check.half_open("deaths.rank", d.rank, 0, ranks).closed("deaths.at_s", d.at_s, 0.0, 1e9);
         for (const auto& s : slow)
             check.half_open("slow.rank", s.rank, 0, ranks).closed("slow.factor", s.factor, 1e-6, 1e6);
+        for (const auto& d : delays)
+            check.half_open("delays.rank", d.rank, -1, ranks)
+                .closed("delays.probability", d.probability, 0.0, 1.0)
+                .open_closed("delays.scale_s", d.scale_s, 0.0, 1e3)
+                .closed("delays.shape", d.shape, 0.1, 100.0);
         for (const auto& d : degraded)
             check.half_open("degraded.rank", d.rank, 0, ranks)
                 .closed("degraded.factor", d.factor, 1e-6, 1e6)
@@ -171,6 +189,19 @@ struct simulated_faults {
 };
 
 namespace detail {
+
+/// splitmix64's finalizer: a well-mixed 64-bit hash, for the seeded draws of simulated_faults::delays.
+[[nodiscard]] constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+/// A uniform draw in [0, 1) from (seed, rank, call, which).
+[[nodiscard]] inline double uniform_draw(std::uint64_t seed, int rank, std::uint64_t call, int which) noexcept {
+    const std::uint64_t h = mix64(seed ^ mix64(static_cast<std::uint64_t>(rank) ^ mix64(call * 2 + which)));
+    return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
 
 /// One direction of one link during a run.
 struct simulated_link {

@@ -7,7 +7,9 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <ostream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -28,8 +30,9 @@ struct simulated_rank_report {
     std::uint64_t bytes_sent = 0, messages_sent = 0, bytes_received = 0, messages_received = 0;
     std::exception_ptr error;  // what the rank's function threw, if anything
     std::string error_text;
-    double error_s = 0;  // its clock when it threw
-    bool died = false;   // ended by simulated_faults::deaths
+    double error_s = 0;                     // its clock when it threw
+    bool died = false;                      // ended by simulated_faults::deaths
+    std::vector<simulated_event> timeline;  // with simulated_options::record_timeline
 };
 
 /// What one direction of one link carried.
@@ -120,6 +123,7 @@ simulation_report run_simulated_world(int ranks, const simulated_network& networ
         out.error_text = s.error_text;
         out.error_s = to_seconds(s.error_at);
         out.died = s.died;
+        out.timeline = s.timeline;
         report.ranks.push_back(std::move(out));
     }
     for (const auto& l : world->links.links())
@@ -128,6 +132,34 @@ simulation_report run_simulated_world(int ranks, const simulated_network& networ
 }
 
 }  // namespace detail
+
+/// Writes the ranks' timelines (simulated_options::record_timeline) in Chrome's trace-event format, as
+/// train::timeline does for real runs: rank r is process r, one complete event per compute or wait span, in virtual
+/// microseconds. Load it in chrome://tracing or https://ui.perfetto.dev.
+inline void write_chrome_trace(const simulation_report& report, std::ostream& out) {
+    out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+    bool first = true;
+    const auto sep = [&] {
+        if (!first) out << ',';
+        first = false;
+        out << '\n';
+    };
+    out.precision(15);
+    for (std::size_t r = 0; r < report.ranks.size(); ++r) {
+        sep();
+        out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r << ",\"args\":{\"name\":\"rank " << r << "\"}}";
+        for (const simulated_event& e : report.ranks[r].timeline) {
+            sep();
+            out << "{\"name\":\"" << e.name << "\",\"cat\":\""
+                << (e.name == std::string_view("compute") ? "compute" : "comm")
+                << "\",\"ph\":\"X\",\"ts\":" << e.begin_s * 1e6 << ",\"dur\":" << (e.end_s - e.begin_s) * 1e6
+                << ",\"pid\":" << r << ",\"tid\":0,\"args\":{";
+            if (e.peer >= 0) out << "\"peer\":" << e.peer;
+            out << "}}";
+        }
+    }
+    out << "\n]}\n";
+}
 
 /// Runs fn(comm) on a simulated cluster of `ranks` ranks and returns what happened on each rank and link. A rank
 /// that throws ends there (as a crashed process would): the others go on and time out, in virtual time, where they
