@@ -283,3 +283,25 @@ TEST_CASE("comm::simulated: topologies route as modelled and give their node lay
         });
     }
 }
+
+TEST_CASE("comm::simulated: automatic calibrates on virtual time and measures the model's constants",
+          "[comm][simulated]") {
+    const auto once = [] {
+        return run_simulated(8, net, [](simulated& comm) {
+            ar::group g(comm);
+            std::vector<float> data(200000, 1.0f);
+            ar::allreduce(g, hitch::view(data), ar::reduce_op::sum);  // automatic: calibrates in this call
+            expect(data[1234] == 8.0f, "sum");
+            const hitch::cost_constants k = *g.constants();
+            return std::vector<double>{comm.virtual_time().count(), k.alpha_s, k.beta_s_per_byte};
+        });
+    };
+    const auto a = once(), b = once();
+    CHECK(a == b);  // the same choices and times on every run
+    // Half a round trip of one float is alpha + 4 beta (timings read the clock to the nanosecond). An exchange of
+    // n bytes, less that, per byte is beta, less what the partner's head start saves: the partners start their
+    // exchanges at different times, and automatic keeps the fastest of its attempts.
+    CHECK(std::abs(a[0][1] / (alpha + 4 * beta) - 1) < 1e-4);
+    CHECK(a[0][2] <= beta);
+    CHECK(a[0][2] > 0.9 * beta);
+}

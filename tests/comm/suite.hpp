@@ -177,15 +177,6 @@ void bad_arguments(C& comm) {
     expect(throws_config([&] { comm.set_timeout(hitch::seconds_f(-1.0)); }), "negative timeout");
 }
 
-/// The communicator's time: its own clock where it has one (virtual time on comm::simulated), else the steady clock.
-template <hitch::communicator C>
-std::chrono::steady_clock::time_point now_on(const C& comm) {
-    if constexpr (hitch::has_clock<C>)
-        return comm.clock().now();
-    else
-        return std::chrono::steady_clock::now();
-}
-
 /// A receive nobody sends to: timeout_error within the deadline plus slack (on the communicator's clock), naming
 /// the peer and tag; then the communicator still works.
 template <hitch::communicator C>
@@ -193,7 +184,7 @@ void receive_times_out(C& comm, double timeout_s = 0.3) {
     const auto saved = comm.timeout();
     comm.set_timeout(hitch::seconds_f(timeout_s));
     float x = 0;
-    const auto start = now_on(comm);
+    const auto start = hitch::now_on(comm);  // virtual time on comm::simulated
     bool timed_out = false;
     try {
         comm.irecv(std::span<float>(&x, 1), comm.rank(), 55).wait();
@@ -203,7 +194,7 @@ void receive_times_out(C& comm, double timeout_s = 0.3) {
         expect(what.find("tag 55") != std::string::npos, "timeout message names the tag: " + what);
         expect(what.find("rank " + std::to_string(comm.rank())) != std::string::npos, "names the peer: " + what);
     }
-    const double waited = std::chrono::duration<double>(now_on(comm) - start).count();
+    const double waited = std::chrono::duration<double>(hitch::now_on(comm) - start).count();
     expect(timed_out, "a receive nobody sends to must time out");
     expect(waited >= timeout_s * 0.95 && waited < timeout_s + 2.0,
            "timed out after " + std::to_string(waited) + " s for a " + std::to_string(timeout_s) + " s deadline");
