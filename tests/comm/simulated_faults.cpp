@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "hitch/allreduce/allreduce.hpp"
@@ -284,4 +285,40 @@ TEST_CASE("comm::simulated faults: heavy-tailed stalls repeat exactly and follow
     hitch::comm::write_chrome_trace(a, trace);
     CHECK(trace.str().find("\"name\":\"compute\",\"cat\":\"compute\",\"ph\":\"X\"") != std::string::npos);
     CHECK(trace.str().find("\"pid\":1") != std::string::npos);
+}
+
+TEST_CASE("comm::simulated: a second thread of a waiting rank is refused, and measured compute is scaled",
+          "[comm][simulated]") {
+    const auto report = simulate(2, net, [](simulated& comm) {
+        if (comm.rank() == 1) {
+            // Holding its turn for 300 ms of wall time keeps rank 0 waiting in wall time too.
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            comm.advance_to(seconds_f(1.0));
+            int x = 1;
+            comm.send(std::span<const int>(&x, 1), 0, 0);
+            return 0;
+        }
+        int x = 0;
+        auto r = comm.irecv(std::span<int>(&x, 1), 1, 0);
+        std::string refused;
+        // The helper calls in while this thread waits (rank 1 holds the turn), so its send finds rank 0 waiting.
+        std::thread helper([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            try {
+                (void)comm.isend(std::span<const int>(&x, 1), 1, 9);
+            } catch (const hitch::comm_error& e) {
+                refused = e.what();
+            }
+        });
+        r.wait();
+        helper.join();
+        expect(refused.find("one thread at a time") != std::string::npos, "refused: " + refused);
+        // About 20 ms of wall time, scaled by 0.5.
+        const double before = comm.virtual_time().count();
+        comm.compute_measured([] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }, 0.5);
+        const double spent = comm.virtual_time().count() - before;
+        expect(spent >= 0.010 && spent < 0.5, "measured compute scaled: " + std::to_string(spent));
+        return 0;
+    });
+    for (const auto& r : report.ranks) CHECK(r.error_text == "");
 }

@@ -208,6 +208,16 @@ public:
         world_->yield(w, lock);
     }
 
+    /// Runs f() and spends its wall time times `scale` as compute: a step measured on this machine and scaled to
+    /// the simulated one (a faster accelerator: scale < 1). Unlike compute(), the result depends on this machine.
+    template <class F>
+    void compute_measured(F&& f, double scale = 1.0) {
+        option_validator("hitch::comm::simulated::compute_measured").closed("scale", scale, 0.0, 1e6);
+        const auto start = std::chrono::steady_clock::now();
+        std::forward<F>(f)();
+        compute(seconds_f(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * scale));
+    }
+
     /// Idles until virtual time `t` (nothing when it has passed): a start all ranks agree on, or a wait for an event
     /// outside the model. Not compute: a slow rank is not slower at it.
     void advance_to(seconds_f t) {
@@ -418,6 +428,7 @@ private:
             std::lock_guard lock(world_->m);
             world_->check_alive(world_rank());
             me().failed_polls = 0;
+            world_->require_turn(world_rank());
             world_->post_send(world_rank(), world_of(peer), op, data);
         }
         return request(std::move(op), world_, timeout_);
@@ -431,6 +442,7 @@ private:
             std::lock_guard lock(world_->m);
             world_->check_alive(world_rank());
             me().failed_polls = 0;
+            world_->require_turn(world_rank());
             world_->post_recv(world_rank(), op);
         }
         return request(std::move(op), world_, timeout_);

@@ -223,6 +223,7 @@ struct sim_world {
     void block(int me, const sim_waiter& w, vtime until, std::unique_lock<std::mutex>& lock, const char* what = "wait",
                int peer = -1) {
         sim_rank& r = rank(me);
+        require_turn(me);
         const vtime from = r.now();
         r.status = sim_rank::blocked;
         r.waiting = &w;
@@ -260,6 +261,15 @@ struct sim_world {
         if (next < 0) return;
         activate(next);
         rank(next).go.release();
+    }
+
+    /// A rank is one machine: its communicator is used by one thread at a time. A second thread calling in while
+    /// the first waits would take the first's turn; it is refused instead.
+    void require_turn(int me) {
+        if (rank(me).status == sim_rank::running) return;
+        throw comm_error(hitch::detail::concat("hitch::comm::simulated: rank ", me,
+                                               " was used by a second thread while its first waited; a simulated "
+                                               "rank's communicator is used by one thread at a time"));
     }
 
     /// Throws rank_died_error once the rank's death time has come.
