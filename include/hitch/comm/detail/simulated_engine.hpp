@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <semaphore>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -153,6 +154,9 @@ struct sim_world {
             ranks[static_cast<std::size_t>(d.rank)]->dies_at =
                 std::min(ranks[static_cast<std::size_t>(d.rank)]->dies_at, to_vtime(d.at_s));
         for (const auto& s : o.faults.slow) ranks[static_cast<std::size_t>(s.rank)]->slow *= s.factor;
+        queued_key.assign(static_cast<std::size_t>(n), -1);
+        is_dirty.assign(static_cast<std::size_t>(n), 0);
+        for (int r = 0; r < n; ++r) touch(r);
     }
 
     std::mutex m;
@@ -165,6 +169,13 @@ struct sim_world {
     std::map<std::pair<int, int>, int> pair_messages;  // (from, to) -> messages so far, for the faults
     std::map<std::tuple<std::uint64_t, std::uint64_t, int>, std::uint64_t> split_contexts;
     std::uint64_t next_context = 2;  // 0 and 1 belong to the world communicator
+    // The turn order: (key, rank) of every rank that waits for its turn. A key changes only when something reaches
+    // the rank (a message for a receive it waits on, one in its mailbox) or its own state changes, so those ranks
+    // are marked dirty and re-keyed before the next pick instead of scanning every rank at every turn.
+    std::set<std::pair<vtime, int>> queue;
+    std::vector<vtime> queued_key;  // the key a rank is queued under, -1 when not queued
+    std::vector<char> is_dirty;
+    std::vector<int> dirty;
 
     sim_rank& rank(int w) { return *ranks[static_cast<std::size_t>(w)]; }
 
@@ -183,21 +194,34 @@ struct sim_world {
         vtime k = std::min({r.waiting->ready_at(), r.wait_deadline, r.dies_at});
         return std::max(k, r.now());
     }
-    [[nodiscard]] int pick() const {
-        int best = -1;
-        vtime best_key = 0;
-        for (int w = 0; w < size; ++w) {
-            const sim_rank& r = *ranks[static_cast<std::size_t>(w)];
-            if (r.status == sim_rank::finished) continue;
-            const vtime k = key_of(r);
-            if (best < 0 || k < best_key) {
-                best = w;
-                best_key = k;
+    /// Rank w's key may have changed.
+    void touch(int w) {
+        if (is_dirty[static_cast<std::size_t>(w)] != 0) return;
+        is_dirty[static_cast<std::size_t>(w)] = 1;
+        dirty.push_back(w);
+    }
+    void unqueue(int w) {
+        vtime& k = queued_key[static_cast<std::size_t>(w)];
+        if (k >= 0) queue.erase({k, w});
+        k = -1;
+    }
+    /// The rank whose turn is next: the earliest key, ties to the lower rank; -1 when every rank has finished.
+    [[nodiscard]] int pick() {
+        for (int w : dirty) {
+            is_dirty[static_cast<std::size_t>(w)] = 0;
+            unqueue(w);
+            const sim_rank& r = rank(w);
+            if (r.status == sim_rank::ready || r.status == sim_rank::blocked) {
+                const vtime k = key_of(r);
+                queue.insert({k, w});
+                queued_key[static_cast<std::size_t>(w)] = k;
             }
         }
-        return best;
+        dirty.clear();
+        return queue.empty() ? -1 : queue.begin()->second;
     }
     void activate(int w) {
+        unqueue(w);
         sim_rank& r = rank(w);
         const vtime k = key_of(r);
         if (r.status == sim_rank::blocked) r.idle += k - r.now();
@@ -217,6 +241,7 @@ struct sim_world {
     /// After its clock moved: lets any rank that is now earlier go first.
     void yield(int me, std::unique_lock<std::mutex>& lock) {
         rank(me).status = sim_rank::ready;
+        touch(me);
         switch_from(me, lock);
     }
     /// Blocks until `w` holds, the deadline passes or the rank dies; returns with the clock at that time.
@@ -228,6 +253,7 @@ struct sim_world {
         r.status = sim_rank::blocked;
         r.waiting = &w;
         r.wait_deadline = until;
+        touch(me);
         switch_from(me, lock);
         r.waiting = nullptr;
         r.wait_deadline = vtime_never;
@@ -257,6 +283,7 @@ struct sim_world {
     void finish(int me) {
         std::lock_guard lock(m);
         rank(me).status = sim_rank::finished;
+        touch(me);
         const int next = pick();
         if (next < 0) return;
         activate(next);
@@ -289,6 +316,7 @@ struct sim_world {
         const bool raw = send.type == dtype::u8 || recv.type == dtype::u8;
         recv.info = {send.source, send.tag, send.bytes};
         recv.done_at = send.arrival;
+        touch(recv.owner);
         if (send.bytes != recv.bytes || (!raw && send.type != recv.type)) {
             const auto describe = [](const sim_op& op) {
                 const std::size_t es = size_of(op.type);
@@ -349,6 +377,7 @@ struct sim_world {
         } else {
             op->queued = true;
             box.unexpected.push_back(op);
+            touch(to);  // a probe or a poll there may wait for it
         }
     }
 
