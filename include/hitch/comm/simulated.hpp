@@ -8,7 +8,7 @@
 // Deadlines are in virtual time (has_clock), and faults (simulated_faults) end in the errors a real cluster gives.
 //
 //   auto net = hitch::comm::simulated_network::single_switch({5e-6, 12.5e9});
-//   hitch::comm::run_simulated(64, net, [](hitch::comm::simulated& comm) { ... comm.compute(0.1); ... });
+//   hitch::comm::run_simulated(64, net, [](hitch::comm::simulated& comm) { comm.compute(hitch::seconds_f(0.1)); });
 //
 // Ranks run one at a time (detail/simulated_engine.hpp); a rank's communicator is used by one thread at a time.
 
