@@ -13,6 +13,12 @@
 // gradients are all-reduced after the backward pass, without overlap). bytes_per_rank is the mean sent per rank
 // (the group's setup, a few bytes, included).
 // The results are checked on every rank against the exact sum.
+//
+// --compare-local runs each schedule on comm::local as well (threads of this process, the message path) and on a
+// single switch with the alpha and beta automatic measured there, and prints the measured time (the median of 7,
+// slowest rank), the prediction and the prediction's relative error:
+//   {"bench":"simulate_vs_local","schedule":"ring","p":2,"bytes":1048576,"alpha_s":...,"beta_s_per_byte":...,
+//    "measured_s":...,"predicted_s":...,"error":...}
 
 #include <CLI/CLI.hpp>
 
@@ -24,6 +30,7 @@
 #include <vector>
 
 #include "hitch/allreduce/allreduce.hpp"
+#include "hitch/comm/local.hpp"
 #include "hitch/comm/simulated.hpp"
 
 namespace {
@@ -115,6 +122,48 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
     std::fflush(stdout);
 }
 
+/// The same schedule on comm::local (threads of this process, the message path) and on a single switch with the
+/// alpha and beta automatic measured there: how far the simulator's prediction is from a real run.
+template <class Schedule>
+void compare_local(const std::string& name, const Schedule& schedule, int p, std::size_t bytes) {
+    const std::size_t count = bytes / sizeof(float);
+    constexpr int runs = 7;
+    ar::call_options o;
+    o.check = false;
+    o.shared_memory = false;  // messages, as between machines
+    const auto measured = hitch::comm::run_local(p, [&](hitch::comm::local& comm) {
+        ar::group g(comm);
+        std::vector<float> data(count, 1.0f);
+        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, ar::automatic{}, o);  // measures the constants
+        std::vector<double> times;
+        for (int i = 0; i < runs + 1; ++i) {
+            comm.barrier();
+            const auto start = std::chrono::steady_clock::now();
+            ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
+            times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        std::sort(times.begin() + 1, times.end());  // the first run is a warm-up
+        return std::pair<double, hitch::cost_constants>(times[1 + runs / 2], *g.constants());
+    });
+    double real = 0;
+    for (const auto& m : measured) real = std::max(real, m.first);
+    const hitch::cost_constants k = measured.front().second;
+    const auto net = hitch::comm::simulated_network::single_switch({k.alpha_s, 1.0 / k.beta_s_per_byte});
+    const auto ends = hitch::comm::run_simulated(p, net, [&](simulated& comm) {
+        ar::group g(comm);
+        std::vector<float> data(count, 1.0f);
+        comm.advance_to(hitch::seconds_f(1.0));
+        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
+        return comm.virtual_time().count() - 1.0;
+    });
+    const double predicted = *std::max_element(ends.begin(), ends.end());
+    std::printf(
+        "{\"bench\":\"simulate_vs_local\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,\"alpha_s\":%.4g,"
+        "\"beta_s_per_byte\":%.4g,\"measured_s\":%.6g,\"predicted_s\":%.6g,\"error\":%.3f}\n",
+        name.c_str(), p, bytes, k.alpha_s, k.beta_s_per_byte, real, predicted, predicted / real - 1);
+    std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,8 +182,18 @@ int main(int argc, char** argv) {
     app.add_option("--bytes", s.bytes, "buffer sizes in bytes")->delimiter(',');
     app.add_option("--schedule", s.schedules, "schedules")->delimiter(',');
     app.add_option("--compute-ms", s.compute_ms, "compute per step before the all-reduce, ms");
+    bool versus_local = false;
+    app.add_flag("--compare-local", versus_local,
+                 "run each schedule on comm::local too and predict it from the constants measured there");
     CLI11_PARSE(app, argc, argv);
     try {
+        if (versus_local) {
+            for (std::size_t bytes : s.bytes)
+                for (int p : s.ranks)
+                    for (const auto& name : s.schedules)
+                        with_schedule(name, [&](const auto& schedule) { compare_local(name, schedule, p, bytes); });
+            return 0;
+        }
         const auto net = network_of(s);
         for (std::size_t bytes : s.bytes)
             for (int p : s.ranks)
