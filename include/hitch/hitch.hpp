@@ -32,6 +32,7 @@
 
 #include "hitch/comm/agree.hpp"
 #include "hitch/comm/local.hpp"
+#include "hitch/comm/simulated.hpp"
 
 #include "hitch/allreduce/allreduce.hpp"
 

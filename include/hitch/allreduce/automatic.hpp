@@ -258,8 +258,7 @@ private:
     /// with the caller's whole deadline starting now.
     template <communicator C, floating_element T>
     void calibrate_and_run(transport<C>& t, std::span<T> data, reduce_op op) const {
-        using clock = std::chrono::steady_clock;
-        const seconds_f caller = t.limit().waited() + (t.limit().when() - clock::now());
+        const seconds_f caller = t.limit().waited() + (t.limit().when() - now_on(t.comm()));
         try {
             detail::reserved_call(t, detail::calibration_slot, seconds_f(options_.calibration_timeout_s),
                                   [&](transport<C>& probe) { measure(probe, t.state(), data.size_bytes()); });
@@ -279,9 +278,8 @@ private:
     /// constants and the first probes when nothing is measured yet, else the larger probes up to n_bytes.
     template <communicator C>
     void measure(transport<C>& t, shared_state<C>& state, std::size_t n_bytes) const {
-        const auto budget_end =
-            std::chrono::steady_clock::now() +
-            std::chrono::duration_cast<std::chrono::steady_clock::duration>(seconds_f(options_.calibration_budget_s));
+        const auto budget_end = now_on(t.comm()) + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                       seconds_f(options_.calibration_budget_s));
         std::optional<cost_constants> known;
         {
             std::lock_guard lock(state.m);

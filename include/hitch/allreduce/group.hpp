@@ -366,7 +366,7 @@ private:
         call_descriptor d = describe();
         d.sequence = sequence;
         const seconds_f timeout = options.timeout_s > 0 ? seconds_f(options.timeout_s) : this->timeout();
-        const deadline limit(timeout);
+        const deadline limit = deadline_for(comm_, timeout);
         try {
             const bool checked = options.check && comm_.size() > 1;
             if (checked) check(d, timeout);

@@ -74,11 +74,15 @@ public:
         const detail::fold f = detail::make_fold(p, t.rank());
         detail::fold_in(t, f, data, op, seg, options_.pipeline_depth, fold_in_channel);
         if (!f.folded_away()) {
+            // Each round's scratch is done with when the round ends; the next reuses it instead of taking lg p
+            // buffers of n bytes for one call.
+            const std::size_t mark = t.scratch_mark();
             for (int mask = 1; mask < f.p2; mask <<= 1) {
                 const int partner = f.real_rank(f.new_rank ^ mask);
                 const combine_spec spec{op, partner < t.rank(), 2 * mask == f.p2 ? p : 1};
                 t.exchange_reduce(partner, std::span<const T>(data), partner, data, spec, seg, options_.pipeline_depth,
                                   round_channel);
+                t.release_scratch(mark);
             }
         }
         detail::fold_out(t, f, data, seg, fold_out_channel);

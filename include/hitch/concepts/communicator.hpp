@@ -175,6 +175,16 @@ template <class C>
         return deadline(timeout);
 }
 
+/// Now on the communicator's clock (its own where it has one, else the steady clock): what its deadlines measure,
+/// and what a timing of its traffic (automatic's calibration) must read.
+template <class C>
+[[nodiscard]] clock_source::time_point now_on(const C& comm) {
+    if constexpr (has_clock<C>)
+        return comm.clock().now();
+    else
+        return std::chrono::steady_clock::now();
+}
+
 /// Returns true when C models communicator; otherwise fails to compile with one sentence naming the first
 /// requirement C misses and what to write. Use it where a user's communicator first meets hitch:
 /// `static_assert(check_communicator<C>());`.

@@ -31,7 +31,7 @@ inline constexpr std::uint64_t after_calibration_slot = 2;
 template <communicator C, class Body>
 void reserved_call(transport<C>& t, std::uint64_t slot, seconds_f timeout, Body&& body) {
     t.comm().set_timeout(timeout);
-    transport<C> r(t.comm(), t.sequence() + slot, deadline(timeout), t.shared_memory(), t.state());
+    transport<C> r(t.comm(), t.sequence() + slot, deadline_for(t.comm(), timeout), t.shared_memory(), t.state());
     r.set_agreed(t.agreed());
     body(r);
 }
@@ -46,8 +46,7 @@ template <communicator C, class Run, class Model>
 [[nodiscard]] automatic_profile time_probes(transport<C>& t, const automatic_profile& base, int upto, int candidates,
                                             std::chrono::steady_clock::time_point budget_end, Run&& run,
                                             Model&& model) {
-    using clock = std::chrono::steady_clock;
-    const auto left = [&] { return std::chrono::duration<double>(budget_end - clock::now()).count(); };
+    const auto left = [&] { return std::chrono::duration<double>(budget_end - now_on(t.comm())).count(); };
     automatic_profile prof = base;
     const std::size_t held = t.scratch_mark();
     std::span<float> data = t.template scratch<float>(automatic_profile::probe_bytes(upto - 1) / sizeof(float));
@@ -65,16 +64,16 @@ template <communicator C, class Run, class Model>
         const auto round = [&](bool counted, bool first) {
             for (int c = 0; c < candidates; ++c) {
                 const std::size_t mark = t.scratch_mark();
-                const auto start = clock::now();
+                const auto start = now_on(t.comm());
                 run(c, probe);
-                const double s = std::chrono::duration<double>(clock::now() - start).count();
+                const double s = std::chrono::duration<double>(now_on(t.comm()) - start).count();
                 t.release_scratch(mark);  // the next run reuses this memory, as later calls of a size do
                 double& slot = times[static_cast<std::size_t>(c)][static_cast<std::size_t>(i)];
                 if (counted) slot = first ? s : std::min(slot, s);  // preemption only ever adds time
             }
         };
         // The uncounted round pays the first touches of buffers and connections.
-        const auto warm_start = clock::now();
+        const auto warm_start = now_on(t.comm());
         round(false, false);
         struct spent {
             double round_s;
@@ -82,7 +81,7 @@ template <communicator C, class Run, class Model>
         };
         double round_s = 0, left_s = 1e300;
         for (const spent& o : comm::allgather_value(
-                 t.comm(), spent{std::chrono::duration<double>(clock::now() - warm_start).count(), left()})) {
+                 t.comm(), spent{std::chrono::duration<double>(now_on(t.comm()) - warm_start).count(), left()})) {
             round_s = std::max(round_s, o.round_s);
             left_s = std::min(left_s, o.left_s);
         }

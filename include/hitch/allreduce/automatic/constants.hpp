@@ -27,8 +27,9 @@ template <communicator C>
     cost_constants k;
     if (p <= 1) return k;
     const int partner = (me ^ 1) < p ? (me ^ 1) : -1;
-    const auto seconds_since = [](clock::time_point a) {
-        return std::chrono::duration<double>(clock::now() - a).count();
+    // Timed on the communicator's clock: virtual time on a simulated cluster.
+    const auto seconds_since = [&t](clock::time_point a) {
+        return std::chrono::duration<double>(now_on(t.comm()) - a).count();
     };
 
     // alpha: half the round trip of a tiny message between partners (best of a few runs).
@@ -38,7 +39,7 @@ template <communicator C>
     const std::span<float> in(&token, 1);
     if (partner >= 0) {
         for (int attempt = 0; attempt < tuning::constant_attempts; ++attempt) {
-            const auto start = clock::now();
+            const auto start = now_on(t.comm());
             for (int i = 0; i < tuning::alpha_round_trips; ++i) {
                 if (me < partner) {
                     t.template send<float>(partner, calibration_channel, out).wait(t.limit());
@@ -61,14 +62,14 @@ template <communicator C>
     double beta = 1.0;
     if (partner >= 0) {
         for (int attempt = 0; attempt < tuning::constant_attempts; ++attempt) {
-            const auto start = clock::now();
+            const auto start = now_on(t.comm());
             t.exchange_copy(partner, std::span<const float>(a), partner, b, count, calibration_channel + 1);
             beta = std::min(beta, std::max(seconds_since(start) - alpha, 1e-12) / static_cast<double>(bytes));
         }
     }
     double gamma = 1.0;
     for (int attempt = 0; attempt < tuning::constant_attempts; ++attempt) {
-        const auto start = clock::now();
+        const auto start = now_on(t.comm());
         combine(a.data(), a.data(), b.data(), count, reduce_op::sum);
         gamma = std::min(gamma, std::max(seconds_since(start), 1e-12) / static_cast<double>(bytes));
     }
@@ -80,7 +81,7 @@ template <communicator C>
         const auto time_native = [&](std::size_t n) {
             double best = 1.0;
             for (int attempt = 0; attempt < tuning::constant_attempts; ++attempt) {
-                const auto start = clock::now();
+                const auto start = now_on(t.comm());
                 typename native_for<C>::type{}.run(t, a.subspan(0, n), reduce_op::sum);
                 best = std::min(best, seconds_since(start));
             }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/error.hpp"
@@ -14,11 +15,11 @@ namespace hitch::comm::detail {
 using hitch::detail::concat;  // the communicators' detail namespace shares hitch's message helper
 
 /// post_send(to, round) and post_recv(from, round) start zero-byte messages on a channel reserved for barriers.
+/// The whole barrier ends by `limit`.
 template <class PostSend, class PostRecv>
-void dissemination_barrier(int rank, int size, std::uint64_t number, seconds_f timeout, std::string_view who,
+void dissemination_barrier(int rank, int size, std::uint64_t number, const deadline& limit, std::string_view who,
                            PostSend&& post_send, PostRecv&& post_recv) {
     if (size <= 1) return;
-    const deadline limit(timeout);
     int round = 0;
     for (int dist = 1; dist < size; dist <<= 1, ++round) {
         const int to = (rank + dist) % size;
@@ -35,6 +36,14 @@ void dissemination_barrier(int rank, int size, std::uint64_t number, seconds_f t
                                 limit.waited());
         }
     }
+}
+
+/// As above, within `timeout` from now on the steady clock.
+template <class PostSend, class PostRecv>
+void dissemination_barrier(int rank, int size, std::uint64_t number, seconds_f timeout, std::string_view who,
+                           PostSend&& post_send, PostRecv&& post_recv) {
+    dissemination_barrier(rank, size, number, deadline(timeout), who, std::forward<PostSend>(post_send),
+                          std::forward<PostRecv>(post_recv));
 }
 
 }  // namespace hitch::comm::detail

@@ -1,0 +1,207 @@
+// hitch-simulate: hitch's all-reduce schedules on a simulated cluster (comm::simulated), for world sizes and buffer
+// sizes no development machine has, each against its alpha-beta model (the schedule's cost() with the network's
+// alpha and beta, gamma 0: the simulator charges no time for combining).
+//
+//   hitch-simulate --ranks 2,4,...,1024 --bytes 1048576 --schedule ring,rabenseifner --topology single_switch
+//   hitch-simulate --topology nodes --ranks-per-node 8 --intra-gbit 1200 --gbit 50 --compute-ms 100
+//
+// One JSON object per line:
+//   {"bench":"simulate","topology":"single_switch","schedule":"ring","p":64,"bytes":1048576,
+//    "virtual_s":...,"model_s":...,"step_s":...,"efficiency":...,"bytes_per_rank":...,"wall_s":...}
+// virtual_s is the all-reduce's virtual time from a common start until the last rank has the result; step_s adds
+// --compute-ms of compute before it, and efficiency is compute / step_s (the scaling efficiency of a step whose
+// gradients are all-reduced after the backward pass, without overlap). bytes_per_rank is the mean sent per rank
+// (the group's setup, a few bytes, included).
+// The results are checked on every rank against the exact sum.
+//
+// --compare-local runs each schedule on comm::local as well (threads of this process, the message path) and on a
+// single switch with the alpha and beta automatic measured there, and prints the measured time (the median of 7,
+// slowest rank), the prediction and the prediction's relative error:
+//   {"bench":"simulate_vs_local","schedule":"ring","p":2,"bytes":1048576,"alpha_s":...,"beta_s_per_byte":...,
+//    "measured_s":...,"predicted_s":...,"error":...}
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "hitch/allreduce/allreduce.hpp"
+#include "hitch/comm/local.hpp"
+#include "hitch/comm/simulated.hpp"
+
+namespace {
+
+namespace ar = hitch::allreduce;
+using hitch::comm::simulated;
+
+struct settings {
+    std::string topology = "single_switch";
+    double latency_us = 5.0;
+    double gbit = 100.0;
+    int ranks_per_leaf = 16;
+    double oversubscription = 1.0;
+    double spine_latency_us = 1.0;
+    int ranks_per_node = 8;
+    double intra_latency_us = 2.0;
+    double intra_gbit = 1200.0;
+    std::vector<int> ranks{2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+    std::vector<std::size_t> bytes{std::size_t{1} << 20};
+    std::vector<std::string> schedules{"ring", "recursive_doubling", "rabenseifner", "double_binary_tree"};
+    double compute_ms = 0.0;
+};
+
+hitch::comm::simulated_network network_of(const settings& s) {
+    const hitch::comm::link_model nic{s.latency_us * 1e-6, s.gbit * 1e9 / 8};
+    if (s.topology == "single_switch") return hitch::comm::simulated_network::single_switch(nic);
+    if (s.topology == "fat_tree")
+        return hitch::comm::simulated_network::fat_tree(nic, s.ranks_per_leaf, s.oversubscription,
+                                                        s.spine_latency_us * 1e-6);
+    if (s.topology == "nodes")
+        return hitch::comm::simulated_network::nodes(s.ranks_per_node,
+                                                     {s.intra_latency_us * 1e-6, s.intra_gbit * 1e9 / 8}, nic);
+    throw hitch::config_error("hitch-simulate: --topology " + s.topology +
+                              " is not one of single_switch, fat_tree, nodes");
+}
+
+/// Runs `f(schedule)` with the schedule named `name`.
+template <class F>
+void with_schedule(const std::string& name, F&& f) {
+    if (name == "ring") return f(ar::ring{});
+    if (name == "recursive_doubling") return f(ar::recursive_doubling{});
+    if (name == "rabenseifner") return f(ar::rabenseifner{});
+    if (name == "binary_tree") return f(ar::binary_tree{});
+    if (name == "double_binary_tree") return f(ar::double_binary_tree{});
+    if (name == "hierarchical") return f(ar::hierarchical{});
+    if (name == "automatic") return f(ar::automatic{});
+    throw hitch::config_error("hitch-simulate: --schedule " + name +
+                              " is not one of ring, recursive_doubling, rabenseifner, binary_tree, "
+                              "double_binary_tree, hierarchical, automatic");
+}
+
+template <class Schedule>
+void run_one(const settings& s, const hitch::comm::simulated_network& net, const std::string& name,
+             const Schedule& schedule, int p, std::size_t bytes) {
+    const std::size_t count = bytes / sizeof(float);
+    const double compute_s = s.compute_ms * 1e-3;
+    constexpr double start_s = 1.0;  // after the group's setup, on an idle network
+    const auto wall_start = std::chrono::steady_clock::now();
+    const auto report = hitch::comm::simulate(p, net, [&](simulated& comm) {
+        ar::group g(comm);
+        std::vector<float> data(count, static_cast<float>(comm.rank() % 4));
+        ar::call_options o;
+        o.check = false;
+        comm.advance_to(hitch::seconds_f(start_s));
+        comm.compute(hitch::seconds_f(compute_s));
+        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
+        const float want = static_cast<float>(6 * (p / 4) + (p % 4 > 1 ? 1 : 0) + (p % 4 > 2 ? 2 : 0));
+        for (std::size_t i = 0; i < count; i += 4099)
+            if (data[i] != want)
+                throw hitch::comm_error("hitch-simulate: wrong sum on rank " + std::to_string(comm.rank()));
+        return 0;
+    });
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    if (auto e = report.first_error()) std::rethrow_exception(e);
+    double last = 0, sent = 0;
+    for (const auto& r : report.ranks) {
+        last = std::max(last, r.finish_s);
+        sent += static_cast<double>(r.bytes_sent);
+    }
+    const double step = last - start_s;
+    const hitch::cost_constants k{s.latency_us * 1e-6, 8.0 / (s.gbit * 1e9), 0.0};
+    double model = -1;
+    if constexpr (requires { schedule.cost(p, bytes, k); }) model = schedule.cost(p, bytes, k).seconds(k);
+    std::printf(
+        "{\"bench\":\"simulate\",\"topology\":\"%s\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,\"virtual_s\":%.9g,"
+        "\"model_s\":%.9g,\"step_s\":%.9g,\"efficiency\":%.6g,\"bytes_per_rank\":%.9g,\"wall_s\":%.3f}\n",
+        s.topology.c_str(), name.c_str(), p, bytes, step - compute_s, model, step,
+        compute_s > 0 ? compute_s / step : 0.0, sent / p, wall);
+    std::fflush(stdout);
+}
+
+/// The same schedule on comm::local (threads of this process, the message path) and on a single switch with the
+/// alpha and beta automatic measured there: how far the simulator's prediction is from a real run.
+template <class Schedule>
+void compare_local(const std::string& name, const Schedule& schedule, int p, std::size_t bytes) {
+    const std::size_t count = bytes / sizeof(float);
+    constexpr int runs = 7;
+    ar::call_options o;
+    o.check = false;
+    o.shared_memory = false;  // messages, as between machines
+    const auto measured = hitch::comm::run_local(p, [&](hitch::comm::local& comm) {
+        ar::group g(comm);
+        std::vector<float> data(count, 1.0f);
+        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, ar::automatic{}, o);  // measures the constants
+        std::vector<double> times;
+        for (int i = 0; i < runs + 1; ++i) {
+            comm.barrier();
+            const auto start = std::chrono::steady_clock::now();
+            ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
+            times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        std::sort(times.begin() + 1, times.end());  // the first run is a warm-up
+        return std::pair<double, hitch::cost_constants>(times[1 + runs / 2], *g.constants());
+    });
+    double real = 0;
+    for (const auto& m : measured) real = std::max(real, m.first);
+    const hitch::cost_constants k = measured.front().second;
+    const auto net = hitch::comm::simulated_network::single_switch({k.alpha_s, 1.0 / k.beta_s_per_byte});
+    const auto ends = hitch::comm::run_simulated(p, net, [&](simulated& comm) {
+        ar::group g(comm);
+        std::vector<float> data(count, 1.0f);
+        comm.advance_to(hitch::seconds_f(1.0));
+        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
+        return comm.virtual_time().count() - 1.0;
+    });
+    const double predicted = *std::max_element(ends.begin(), ends.end());
+    std::printf(
+        "{\"bench\":\"simulate_vs_local\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,\"alpha_s\":%.4g,"
+        "\"beta_s_per_byte\":%.4g,\"measured_s\":%.6g,\"predicted_s\":%.6g,\"error\":%.3f}\n",
+        name.c_str(), p, bytes, k.alpha_s, k.beta_s_per_byte, real, predicted, predicted / real - 1);
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    settings s;
+    CLI::App app("hitch-simulate: hitch's all-reduce schedules on a simulated cluster");
+    app.add_option("--topology", s.topology, "single_switch, fat_tree or nodes");
+    app.add_option("--latency-us", s.latency_us, "nic latency (alpha), microseconds");
+    app.add_option("--gbit", s.gbit, "nic bandwidth, Gbit/s");
+    app.add_option("--ranks-per-leaf", s.ranks_per_leaf, "fat_tree: ranks per leaf switch");
+    app.add_option("--oversubscription", s.oversubscription, "fat_tree: leaf down/up capacity ratio");
+    app.add_option("--spine-latency-us", s.spine_latency_us, "fat_tree: latency added across the spine");
+    app.add_option("--ranks-per-node", s.ranks_per_node, "nodes: ranks per machine");
+    app.add_option("--intra-latency-us", s.intra_latency_us, "nodes: latency inside a machine");
+    app.add_option("--intra-gbit", s.intra_gbit, "nodes: each rank's bandwidth inside a machine, Gbit/s");
+    app.add_option("--ranks", s.ranks, "world sizes")->delimiter(',');
+    app.add_option("--bytes", s.bytes, "buffer sizes in bytes")->delimiter(',');
+    app.add_option("--schedule", s.schedules, "schedules")->delimiter(',');
+    app.add_option("--compute-ms", s.compute_ms, "compute per step before the all-reduce, ms");
+    bool versus_local = false;
+    app.add_flag("--compare-local", versus_local,
+                 "run each schedule on comm::local too and predict it from the constants measured there");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        if (versus_local) {
+            for (std::size_t bytes : s.bytes)
+                for (int p : s.ranks)
+                    for (const auto& name : s.schedules)
+                        with_schedule(name, [&](const auto& schedule) { compare_local(name, schedule, p, bytes); });
+            return 0;
+        }
+        const auto net = network_of(s);
+        for (std::size_t bytes : s.bytes)
+            for (int p : s.ranks)
+                for (const auto& name : s.schedules)
+                    with_schedule(name, [&](const auto& schedule) { run_one(s, net, name, schedule, p, bytes); });
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "hitch-simulate: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

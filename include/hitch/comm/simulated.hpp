@@ -1,0 +1,466 @@
+#pragma once
+// hitch::comm::simulated: a cluster simulated in one process. Ranks are threads, each with a virtual clock; a message
+// of n bytes from rank a to rank b arrives at max(sent, route free) + alpha + n beta of the links on its route
+// (simulated_network: a single switch, a two-level fat tree, or machines of g ranks with a fast fabric and one nic),
+// links are full duplex and messages that share one serialize on it. A receive completes at max(receiver's clock,
+// arrival); compute(seconds) advances the clock. Data is real, so results equal comm::local's bit for bit, while
+// times come from the model alone: the same virtual times on every run, on a loaded machine or a quiet one.
+// Deadlines are in virtual time (has_clock), and faults (simulated_faults) end in the errors a real cluster gives.
+//
+//   auto net = hitch::comm::simulated_network::single_switch({5e-6, 12.5e9});
+//   hitch::comm::run_simulated(64, net, [](hitch::comm::simulated& comm) { comm.compute(hitch::seconds_f(0.1)); });
+//
+// Ranks run one at a time (detail/simulated_engine.hpp); a rank's communicator is used by one thread at a time.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "hitch/comm/detail/barrier.hpp"
+#include "hitch/comm/detail/simulated_engine.hpp"
+#include "hitch/comm/detail/simulated_network.hpp"
+#include "hitch/concepts/communicator.hpp"
+#include "hitch/core/deadline.hpp"
+#include "hitch/core/dtype.hpp"
+#include "hitch/core/error.hpp"
+#include "hitch/core/node_layout.hpp"
+#include "hitch/core/options.hpp"
+
+namespace hitch::comm {
+
+namespace detail {
+struct simulated_access;
+}
+
+/// Communicator whose ranks are simulated machines. Move-only; obtained from run_simulated or simulate.
+class simulated {
+public:
+    /// Failed test() calls in a row, at one virtual time, after which the rank waits for its next event: a loop
+    /// that polls would otherwise never let virtual time move.
+    static constexpr int polls_before_waiting = 16;
+
+    class request {
+    public:
+        request() = default;
+        request(const request&) = delete;
+        request& operator=(const request&) = delete;
+        request(request&&) noexcept = default;
+        request& operator=(request&& other) noexcept {
+            if (this != &other) {
+                cancel_if_pending();
+                op_ = std::move(other.op_);
+                world_ = std::move(other.world_);
+                timeout_ = other.timeout_;
+            }
+            return *this;
+        }
+        ~request() { cancel_if_pending(); }
+
+        /// True once complete at the rank's virtual time; throws comm_error if the receive failed (size mismatch).
+        bool test() {
+            if (!op_) return true;
+            std::unique_lock lock(world_->m);
+            const int me = op_->owner;
+            detail::sim_rank& r = world_->rank(me);
+            world_->check_alive(me);
+            if (!complete(r)) {
+                if (++r.failed_polls < polls_before_waiting) return false;
+                r.failed_polls = 0;
+                const detail::poll_waiter w(r, *world_->boxes[static_cast<std::size_t>(me)]);
+                world_->block(me, w, r.now() + to_vtime(timeout_.count()), lock, "poll", op_->peer);
+                world_->check_alive(me);
+                if (!complete(r)) return false;
+            }
+            // Only news counts as progress: a test that sees a completion again is no reason to keep polling.
+            if (!op_->observed) r.failed_polls = 0;
+            op_->observed = true;
+            return finish();
+        }
+        /// Waits up to the communicator's timeout, in virtual time.
+        void wait() {
+            if (!op_) return;
+            wait(deadline(timeout_, world_->rank(op_->owner).clock));
+        }
+        /// Waits until `limit` (virtual when made with deadline_for(comm, t); a steady-clock deadline counts the same
+        /// time from now in virtual time). Throws timeout_error naming the operation, peer and tag when it passes.
+        void wait(const deadline& limit) {
+            if (!op_) return;
+            std::unique_lock lock(world_->m);
+            const int me = op_->owner;
+            detail::sim_rank& r = world_->rank(me);
+            world_->check_alive(me);
+            r.failed_polls = 0;
+            if (complete(r)) {
+                finish();
+                return;
+            }
+            const vtime start = r.now();
+            const detail::op_waiter w(*op_);
+            world_->block(me, w, detail::virtual_deadline(limit, r), lock, "wait", op_->peer);
+            if (complete(r)) {
+                finish();
+                return;
+            }
+            world_->check_alive(me);
+            world_->cancel(op_);
+            const seconds_f waited =
+                limit.source() == &r.clock ? limit.waited() : seconds_f(to_seconds(r.now() - start));
+            throw timeout_error(operation(), where(), waited);
+        }
+        /// Source, tag and byte count of a completed receive (of a send: its destination, tag and size).
+        [[nodiscard]] message_info status() const {
+            if (!op_) return {};
+            if (op_->kind == detail::sim_kind::send) return {op_->peer, op_->tag, op_->bytes};
+            return op_->info;
+        }
+        [[nodiscard]] std::string describe() const { return op_ ? operation() + " (" + where() + ")" : "no operation"; }
+
+    private:
+        friend class simulated;
+        request(std::shared_ptr<detail::sim_op> op, std::shared_ptr<detail::sim_world> world, seconds_f timeout)
+            : op_(std::move(op)), world_(std::move(world)), timeout_(timeout) {}
+
+        [[nodiscard]] bool complete(const detail::sim_rank& r) const {
+            return op_->state != detail::sim_state::pending && op_->state != detail::sim_state::cancelled &&
+                   op_->done_at <= r.now();
+        }
+        bool finish() {
+            detail::sim_world::detach(*op_);
+            if (op_->state == detail::sim_state::failed) throw comm_error(op_->error_text);
+            return true;
+        }
+        [[nodiscard]] std::string operation() const {
+            return op_->kind == detail::sim_kind::send ? "comm::simulated send" : "comm::simulated recv";
+        }
+        [[nodiscard]] std::string where() const {
+            const bool send = op_->kind == detail::sim_kind::send;
+            std::string peer = op_->peer == any_source ? std::string("any rank") : detail::concat("rank ", op_->peer);
+            return detail::concat(send ? "to " : "from ", peer, ", tag ", op_->tag, ", ", op_->bytes,
+                                  " bytes, on rank ", op_->owner_rank);
+        }
+        void cancel_if_pending() noexcept {
+            if (!op_ || !world_) return;
+            std::lock_guard lock(world_->m);
+            detail::sim_world::detach(*op_);
+            world_->cancel(op_);
+        }
+
+        std::shared_ptr<detail::sim_op> op_;
+        std::shared_ptr<detail::sim_world> world_;
+        seconds_f timeout_{};
+    };
+
+    simulated(const simulated&) = delete;
+    simulated& operator=(const simulated&) = delete;
+    simulated(simulated&&) noexcept = default;
+    simulated& operator=(simulated&&) noexcept = default;
+    ~simulated() = default;
+
+    [[nodiscard]] int rank() const noexcept { return rank_; }
+    [[nodiscard]] int size() const noexcept { return static_cast<int>(members_->size()); }
+    [[nodiscard]] int max_tag() const noexcept { return std::numeric_limits<int>::max(); }
+    static constexpr std::string_view name = "comm::simulated";
+    [[nodiscard]] seconds_f timeout() const noexcept { return timeout_; }
+    void set_timeout(seconds_f t) {
+        option_validator("hitch::comm::simulated::set_timeout").open_closed("timeout_s", t.count(), 0.0, 1e9);
+        timeout_ = t;
+    }
+    /// The ranks simulate separate machines: a pointer is meaningful only on the rank that made it.
+    static constexpr bool shares_address_space = false;
+    /// The machines of the network model (each rank its own, or ranks_per_node to a machine).
+    [[nodiscard]] hitch::node_layout node_layout() const { return world_->links.layout_of(*members_); }
+    /// This rank's virtual time, as a clock_source (deadline_for(comm, t) measures virtual time).
+    [[nodiscard]] const clock_source& clock() const noexcept { return me().clock; }
+    /// This rank's virtual time.
+    [[nodiscard]] seconds_f virtual_time() const noexcept { return seconds_f(to_seconds(me().now())); }
+    /// This rank's index in the world the communicator was split from.
+    [[nodiscard]] int world_rank() const noexcept { return (*members_)[static_cast<std::size_t>(rank_)]; }
+
+    /// Spends `t` of computation: the clock moves by t (times the rank's slow factor, plus any injected stall).
+    void compute(seconds_f t) {
+        option_validator("hitch::comm::simulated::compute").closed("seconds", t.count(), 0.0, 1e9);
+        std::unique_lock lock(world_->m);
+        const int w = world_rank();
+        detail::sim_rank& r = me();
+        world_->check_alive(w);
+        r.failed_polls = 0;
+        const vtime from = r.now();
+        const vtime dt = to_vtime(t.count() * r.slow) + world_->stall_after_compute(w);
+        const vtime to = std::min(from + dt, r.dies_at);
+        r.busy += to - from;
+        r.set_now(to);
+        if (world_->options.record_timeline && to > from)
+            r.timeline.push_back({"compute", to_seconds(from), to_seconds(to), -1});
+        world_->check_alive(w);
+        world_->yield(w, lock);
+    }
+
+    /// Runs f() and spends its wall time times `scale` as compute: a step measured on this machine and scaled to
+    /// the simulated one (a faster accelerator: scale < 1). Unlike compute(), the result depends on this machine.
+    template <class F>
+    void compute_measured(F&& f, double scale = 1.0) {
+        option_validator("hitch::comm::simulated::compute_measured").closed("scale", scale, 0.0, 1e6);
+        const auto start = std::chrono::steady_clock::now();
+        std::forward<F>(f)();
+        compute(seconds_f(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * scale));
+    }
+
+    /// Idles until virtual time `t` (nothing when it has passed): a start all ranks agree on, or a wait for an event
+    /// outside the model. Not compute: a slow rank is not slower at it.
+    void advance_to(seconds_f t) {
+        option_validator("hitch::comm::simulated::advance_to").closed("seconds", t.count(), 0.0, 1e9);
+        std::unique_lock lock(world_->m);
+        const int w = world_rank();
+        detail::sim_rank& r = me();
+        world_->check_alive(w);
+        const vtime at = to_vtime(t.count());
+        if (at <= r.now()) return;
+        const detail::fixed_time_waiter waiter(at);
+        world_->block(w, waiter, at, lock, "idle");
+        world_->check_alive(w);
+    }
+
+    template <element_type T>
+    [[nodiscard]] request isend(std::span<const T> data, int peer, int tag) {
+        return post_send(std::as_bytes(data), dtype_of<T>(), peer, tag, context_);
+    }
+    template <element_type T>
+    [[nodiscard]] request isend(std::span<T> data, int peer, int tag) {
+        return isend(std::span<const T>(data), peer, tag);
+    }
+    template <element_type T>
+    [[nodiscard]] request irecv(std::span<T> data, int peer, int tag) {
+        static_assert(!std::is_const_v<T>, "hitch::comm::simulated::irecv needs a writable span");
+        return post_recv(std::as_writable_bytes(data), dtype_of<T>(), peer, tag, context_);
+    }
+    template <element_type T>
+    void send(std::span<const T> data, int peer, int tag) {
+        isend(data, peer, tag).wait();
+    }
+    template <element_type T>
+    void send(std::span<T> data, int peer, int tag) {
+        isend(std::span<const T>(data), peer, tag).wait();
+    }
+    template <element_type T>
+    message_info recv(std::span<T> data, int peer, int tag) {
+        auto r = irecv(data, peer, tag);
+        r.wait();
+        return r.status();
+    }
+
+    /// Blocks until a message from `peer` (or any_source) with `tag` has arrived, in virtual time; gives the one
+    /// that arrived first.
+    [[nodiscard]] message_info probe(int peer, int tag) {
+        check_peer(peer, true, "probe");
+        check_tag(tag, "probe");
+        std::unique_lock lock(world_->m);
+        const int w = world_rank();
+        detail::sim_rank& r = me();
+        world_->check_alive(w);
+        const deadline limit(timeout_, r.clock);
+        struct arrival_waiter final : detail::sim_waiter {
+            const simulated& c;
+            int peer, tag;
+            arrival_waiter(const simulated& comm, int p, int t) : c(comm), peer(p), tag(t) {}
+            [[nodiscard]] vtime ready_at() const override {
+                const detail::sim_op* s = c.first_arrival(peer, tag);
+                return s != nullptr ? s->arrival : vtime_never;
+            }
+        } waiter(*this, peer, tag);
+        world_->block(w, waiter, detail::virtual_deadline(limit, r), lock, "probe", peer);
+        if (const detail::sim_op* s = first_arrival(peer, tag); s != nullptr && s->arrival <= r.now())
+            return {s->source, s->tag, s->bytes};
+        world_->check_alive(w);
+        throw timeout_error(
+            "comm::simulated probe",
+            detail::concat("from ", peer == any_source ? std::string("any rank") : detail::concat("rank ", peer),
+                           ", tag ", tag, ", on rank ", rank_),
+            limit.waited());
+    }
+    /// Non-blocking probe: a matching message that has arrived by now.
+    [[nodiscard]] std::optional<message_info> iprobe(int peer, int tag) {
+        check_peer(peer, true, "iprobe");
+        check_tag(tag, "iprobe");
+        std::unique_lock lock(world_->m);
+        const int w = world_rank();
+        detail::sim_rank& r = me();
+        world_->check_alive(w);
+        const auto found = [&]() -> std::optional<message_info> {
+            const detail::sim_op* s = first_arrival(peer, tag);
+            if (s != nullptr && s->arrival <= r.now()) return message_info{s->source, s->tag, s->bytes};
+            return std::nullopt;
+        };
+        if (auto m = found()) return m;
+        if (++r.failed_polls < polls_before_waiting) return std::nullopt;
+        r.failed_polls = 0;
+        const detail::poll_waiter waiter(r, *world_->boxes[static_cast<std::size_t>(w)]);
+        world_->block(w, waiter, r.now() + to_vtime(timeout_.count()), lock, "poll", peer);
+        world_->check_alive(w);
+        return found();
+    }
+
+    /// Every rank of this communicator arrives, or timeout_error names the rank this one was waiting for.
+    void barrier() {
+        detail::dissemination_barrier(
+            rank_, size(), barriers_++, deadline(timeout_, me().clock), name,
+            [&](int to, int round) { return post_send({}, dtype::u8, to, round, context_ + 1); },
+            [&](int from, int round) { return post_recv({}, dtype::u8, from, round, context_ + 1); });
+    }
+
+    /// Splits into sub-communicators: ranks with the same color (>= 0) form one, ordered by (key, rank). The
+    /// (color, key) pairs travel as an allgather of ceil(lg p) rounds (Bruck et al. 1997), as on a real cluster.
+    [[nodiscard]] simulated split(int color, int key) {
+        option_validator("hitch::comm::simulated::split").at_least("color", color, 0);
+        const int p = size();
+        const std::uint64_t sequence = splits_++;
+        std::vector<int> held{color, key};  // pair j: rank (rank_ + j) % p
+        held.reserve(2 * static_cast<std::size_t>(p));
+        const deadline limit(timeout_, me().clock);
+        try {
+            for (int have = 1; have < p; have *= 2) {
+                const int count = std::min(have, p - have);
+                std::vector<int> in(2 * static_cast<std::size_t>(count));
+                auto r = post_recv(std::as_writable_bytes(std::span<int>(in)), dtype::i32, (rank_ + have) % p,
+                                   split_tag, context_ + 1);
+                auto s = post_send(std::as_bytes(std::span<const int>(held.data(), 2 * std::size_t(count))), dtype::i32,
+                                   (rank_ - have + p) % p, split_tag, context_ + 1);
+                r.wait(limit);
+                s.wait(limit);
+                held.insert(held.end(), in.begin(), in.end());
+            }
+        } catch (const timeout_error& e) {
+            throw timeout_error("comm::simulated split",
+                                detail::concat("split #", sequence, " on rank ", rank_, ": ", e.what()),
+                                limit.waited());
+        }
+        std::vector<int> pairs(2 * static_cast<std::size_t>(p));
+        for (int j = 0; j < p; ++j) {
+            const auto at = 2 * static_cast<std::size_t>((rank_ + j) % p);
+            pairs[at] = held[2 * static_cast<std::size_t>(j)];
+            pairs[at + 1] = held[2 * static_cast<std::size_t>(j) + 1];
+        }
+        std::vector<int> group;
+        for (int r = 0; r < p; ++r)
+            if (pairs[2 * std::size_t(r)] == color) group.push_back(r);
+        std::stable_sort(group.begin(), group.end(),
+                         [&](int a, int b) { return pairs[2 * std::size_t(a) + 1] < pairs[2 * std::size_t(b) + 1]; });
+        auto members = std::make_shared<std::vector<int>>();
+        int new_rank = 0;
+        for (std::size_t i = 0; i < group.size(); ++i) {
+            members->push_back((*members_)[static_cast<std::size_t>(group[i])]);
+            if (group[i] == rank_) new_rank = static_cast<int>(i);
+        }
+        std::uint64_t ctx = 0;
+        {
+            std::lock_guard lock(world_->m);
+            ctx = world_->context_for(context_, sequence, color);
+        }
+        return simulated(world_, std::move(members), ctx, new_rank, timeout_);
+    }
+
+private:
+    friend struct detail::simulated_access;
+    static constexpr int split_tag = 1 << 20;
+
+    simulated(std::shared_ptr<detail::sim_world> world, std::shared_ptr<const std::vector<int>> members,
+              std::uint64_t context, int rank, seconds_f timeout)
+        : world_(std::move(world)), members_(std::move(members)), context_(context), rank_(rank), timeout_(timeout) {}
+
+    [[nodiscard]] detail::sim_rank& me() const { return world_->rank(world_rank()); }
+    [[nodiscard]] int world_of(int group_rank) const { return (*members_)[static_cast<std::size_t>(group_rank)]; }
+
+    /// The matching message in this rank's mailbox that arrives first (mutex held).
+    [[nodiscard]] const detail::sim_op* first_arrival(int peer, int tag) const {
+        const detail::sim_op* best = nullptr;
+        for (const auto& s : world_->boxes[static_cast<std::size_t>(world_rank())]->unexpected)
+            if (s->context == context_ && s->tag == tag && (peer == any_source || s->source == peer) &&
+                (best == nullptr || s->arrival < best->arrival))
+                best = s.get();
+        return best;
+    }
+
+    void check_peer(int peer, bool any_ok, const char* op) const {
+        if (any_ok && peer == any_source) return;
+        if (peer < 0 || peer >= size())
+            throw config_error(detail::concat("hitch::comm::simulated::", op, ": peer ", peer,
+                                              " is outside the allowed range [0, ", size(), ")",
+                                              any_ok ? " (or hitch::any_source)" : ""));
+    }
+    void check_tag(int tag, const char* op) const {
+        if (tag < 0)
+            throw config_error(detail::concat("hitch::comm::simulated::", op, ": tag ", tag,
+                                              " is outside the allowed range [0, ", max_tag(), "]"));
+    }
+
+    [[nodiscard]] std::shared_ptr<detail::sim_op> make_op(detail::sim_kind kind, dtype type, int peer, int tag,
+                                                          std::uint64_t context, std::size_t bytes) const {
+        auto op = std::make_shared<detail::sim_op>();
+        op->kind = kind;
+        op->type = type;
+        op->context = context;
+        op->source = kind == detail::sim_kind::send ? rank_ : peer;
+        op->peer = peer;
+        op->tag = tag;
+        op->owner = world_rank();
+        op->owner_rank = rank_;
+        op->bytes = bytes;
+        return op;
+    }
+
+    request post_send(std::span<const std::byte> data, dtype type, int peer, int tag, std::uint64_t context) {
+        check_peer(peer, false, "isend");
+        check_tag(tag, "isend");
+        auto op = make_op(detail::sim_kind::send, type, peer, tag, context, data.size());
+        {
+            std::lock_guard lock(world_->m);
+            world_->check_alive(world_rank());
+            me().failed_polls = 0;
+            world_->require_turn(world_rank());
+            world_->post_send(world_rank(), world_of(peer), op, data);
+        }
+        return request(std::move(op), world_, timeout_);
+    }
+    request post_recv(std::span<std::byte> data, dtype type, int peer, int tag, std::uint64_t context) {
+        check_peer(peer, true, "irecv");
+        check_tag(tag, "irecv");
+        auto op = make_op(detail::sim_kind::recv, type, peer, tag, context, data.size());
+        op->into = data.data();
+        {
+            std::lock_guard lock(world_->m);
+            world_->check_alive(world_rank());
+            me().failed_polls = 0;
+            world_->require_turn(world_rank());
+            world_->post_recv(world_rank(), op);
+        }
+        return request(std::move(op), world_, timeout_);
+    }
+
+    std::shared_ptr<detail::sim_world> world_;
+    std::shared_ptr<const std::vector<int>> members_;  // group rank -> world rank
+    std::uint64_t context_ = 0;                        // user traffic; context_ + 1 carries hitch's own
+    int rank_ = 0;
+    seconds_f timeout_{};
+    std::uint64_t splits_ = 0;
+    std::uint64_t barriers_ = 0;
+};
+
+static_assert(communicator<simulated>, "hitch::comm::simulated must model hitch::communicator");
+static_assert(has_clock<simulated> && has_node_layout<simulated> && !shares_address_space<simulated>,
+              "hitch::comm::simulated keeps virtual time and simulates separate machines");
+
+}  // namespace hitch::comm
+
+#include "hitch/comm/detail/simulated_run.hpp"
