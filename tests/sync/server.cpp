@@ -416,3 +416,29 @@ TEST_CASE("a worker that never arrives is a timeout_error naming it, not a hang"
     REQUIRE(seen[0].find("shard") != std::string::npos);
     REQUIRE(waited < 30.0);
 }
+
+TEST_CASE("large replies never block a server: a paused worker and steps out of line do not deadlock",
+          "[sync][server][backup]") {
+    // Shards of more than the eager limit, so a reply's send completes only when its worker takes it; workers
+    // take replies one server after another, and a server that waited on each send would stall the others.
+    const std::vector<std::size_t> big{70000, 50000, 3, 60000};
+    hitch::comm::local_options lo;
+    lo.timeout_s = 30.0;
+    REQUIRE_NOTHROW(run_local(
+        4,
+        [&](local& comm) {
+            quad_model m(big, comm.rank());
+            hitch::cpu dev;
+            hitch::sync::backup_workers::options_type o;
+            o.backups = 1;
+            o.server.sharding = hitch::sync::shard_by::range;
+            dp_t<hitch::sync::backup_workers> dp(comm, dev, m.layers(), sgd_options<hitch::sync::backup_workers>(o));
+            for (int t = 0; t < 40; ++t) {
+                m.gradients(t);
+                if (comm.rank() == 0 && t % 10 == 5) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+                dp.step();
+            }
+            dp.finish();
+        },
+        lo));
+}

@@ -42,9 +42,15 @@ public:
             if (!policy.needs_server()) return;
             const sync::server_options& o = policy.server();
             const int workers = sync::detail::server_roles(comm.rank(), comm.size(), o).workers;
+            const bool worker = comm.rank() < workers;
+            C worker_group = comm.split(worker ? 0 : 1, comm.rank());
             runtime_ = std::make_unique<runtime>(comm.split(0, comm.rank()), dev, masters, optimizer, codec, o,
                                                  policy.server_rule(workers), exec);
-            if (!runtime_->serves_only()) (void)runtime_->client().exchange({false, false, true}, 0.0);
+            if (!worker) return;
+            // Every worker has the initial parameters before any pushes: otherwise a fast worker's first update
+            // could reach a slow worker's initial pull.
+            (void)runtime_->client().exchange({false, false, true}, 0.0);
+            worker_group.barrier();
         }
     }
 

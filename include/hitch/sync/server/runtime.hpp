@@ -14,6 +14,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -81,6 +82,8 @@ public:
             handle(source, bytes);
             settle();
         }
+        for (outgoing& o : outgoing_) o.request.wait();
+        outgoing_.clear();
     }
 
     [[nodiscard]] const server_shard<O, X, D>& shard() const noexcept { return shard_; }
@@ -137,9 +140,14 @@ private:
         return bytes;
     }
 
+    /// Replies go out without waiting for the worker to take them: a worker takes its replies one server after
+    /// another, and a server blocked on a large reply to a worker that waits for another server would stall
+    /// every worker whose update needs this one. Finished sends are reaped as the loop goes.
     void send_reply(int to, const reply_header& h, std::span<const std::byte> payload) {
-        encode_reply(out_, h, payload);
-        comm_->isend(std::span<const std::byte>(out_), to, reply_tag).wait();
+        std::erase_if(outgoing_, [](outgoing& o) { return o.request.test(); });
+        auto& o = outgoing_.emplace_back();
+        encode_reply(o.bytes, h, payload);
+        o.request = comm_->isend(std::span<const std::byte>(o.bytes), to, reply_tag);
     }
     void send_error(int to, reply_status status, std::string_view text) {
         reply_header h;
@@ -291,12 +299,18 @@ private:
         }
     }
 
+    struct outgoing {
+        std::vector<std::byte> bytes;
+        typename C::request request;
+    };
+
     C* comm_;
     server_shard<O, X, D> shard_;
+    std::list<outgoing> outgoing_;        // a list: the bytes of a pending send never move
     std::vector<std::uint32_t> waiting_;  // per worker: wait_none, pull, or the marker it sent
     std::vector<std::string> markers_;
     std::vector<float> centre_;
-    std::vector<std::byte> out_, staged_;
+    std::vector<std::byte> staged_;
     std::size_t turn_ = 0;
     bool deterministic_;
 };
