@@ -114,11 +114,11 @@ for f in files:
     title = policy + (f" (rank {summary['slow_rank']} +{summary['slow_ms']:g} ms/step)" if slowed else "")
     clauses.append(f"'{dat}' using 1:2 with linespoints lc {colour} dt {2 if slowed else 1} pt 7 title '{title}'")
 with open(f"{out}/chart.gp", "w") as g:
-    g.write("set terminal pngcairo size 1000,650 font ',10' noenhanced\n")
+    g.write("set terminal pngcairo size 1250,650 font ',10' noenhanced\n")
     g.write(f"set output '{out}/sync_policies.png'\n")
     g.write("set title 'Fashion-MNIST MLP: test accuracy against wall time, one line per sync policy'\n")
     g.write("set xlabel 'seconds since the first step'\nset ylabel 'test accuracy'\nset grid\n")
-    g.write("set key bottom right\nset xrange [0:*]\n")
+    g.write("set key outside right top\nset xrange [0:*]\n")
     g.write("plot " + ", \\\n     ".join(clauses) + "\n")
 header = ("policy", "slowed", "test accuracy", f"s to {target:g}", "rank 0 steps/s", "staleness", "dropped")
 table = [header] + [(p, s, f"{a:.4f}", t, f"{r:.1f}", f"{st:.2f}", str(d)) for p, s, a, t, r, st, d in rows]
