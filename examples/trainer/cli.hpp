@@ -165,10 +165,12 @@ inline int run_main(int argc, char** argv, const example_info& info, const task_
             const int workers = worker_count(config, world_size);
             const std::string servers =
                 workers == world_size ? "" : " (" + std::to_string(world_size - workers) + " of them servers only)";
-            const std::string slow = config.slow_rank < 0
-                                         ? ""
-                                         : ", rank " + std::to_string(config.slow_rank) + " slowed by " +
-                                               detail::number_text(config.slow_ms) + " ms a step";
+            const std::string slow =
+                config.slow_rank == -1 ? ""
+                : config.slow_rank == train_config::any_rank
+                    ? ", a random worker slowed by " + detail::number_text(config.slow_ms) + " ms each step"
+                    : ", rank " + std::to_string(config.slow_rank) + " slowed by " +
+                          detail::number_text(config.slow_ms) + " ms a step";
             std::printf(
                 "%s: %s on %d %s%s, %zu training and %zu test samples, optimizer %s, compressor %s, sync %s, "
                 "all-reduce %s, BLAS kernels %s%s\n",

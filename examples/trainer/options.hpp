@@ -122,15 +122,20 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
                    c.slow_rank = -1;
                    return;
                }
+               if (detail::trimmed(v) == "any") {
+                   c.slow_rank = train_config::any_rank;
+                   return;
+               }
                try {
                    c.slow_rank = parse_whole<int>("--slow-rank", v, 0, std::numeric_limits<int>::max());
                } catch (const usage_error&) {
                    if (double x = 0; !detail::read_real(detail::trimmed(v), x)) throw;  // "not a number"
-                   throw usage_error("--slow-rank must be -1 (none) or a rank, a whole number >= 0, got " +
+                   throw usage_error("--slow-rank must be -1 (none), any, or a rank, a whole number >= 0, got " +
                                      detail::shown(detail::trimmed(v)));
                }
            },
-           "Make this rank a straggler: it sleeps --slow-ms after every backward pass (-1: none)")
+           "Make this rank a straggler: it sleeps --slow-ms after every backward pass (-1: none; any: each step "
+           "one worker drawn at random, a transient straggler)")
         ->type_name("INT")
         ->default_str(std::to_string(c.slow_rank));
     add_real(app, "--slow-ms", c.slow_ms, "Milliseconds --slow-rank sleeps in every step", r::closed(0.0, 3600000.0));

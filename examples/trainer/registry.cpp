@@ -63,7 +63,7 @@ void check_combination(const train_config& c, int ranks) {
             "--optimizer sgd, momentum or nesterov (got '" +
             c.optimizer + "')");
     if (c.threads > 0 && c.allreduce == "native") throw usage_error(std::string(schedule_by_name::native_needs_mpi));
-    if (c.slow_ms > 0.0 && c.slow_rank < 0)
+    if (c.slow_ms > 0.0 && c.slow_rank == -1)
         throw usage_error("--slow-ms " + detail::number_text(c.slow_ms) +
                           " needs --slow-rank R, the rank to slow down");
     if (ranks > 0 && c.slow_rank >= ranks)

@@ -74,8 +74,10 @@ struct train_config {
     std::size_t max_steps = 0;   // stop after this many steps (0: run every epoch)
     std::size_t eval_every = 0;  // also evaluate every this many steps (0: at the end of each epoch only)
     // a deliberately slow worker, to see what each sync policy does with a straggler
-    int slow_rank = -1;    // the rank that sleeps after every backward pass (-1: none)
+    int slow_rank = -1;    // the rank that sleeps after every backward pass (-1: none; any_rank: a random one)
     double slow_ms = 0.0;  // milliseconds it sleeps
+    /// --slow-rank any: each step one worker drawn at random (the same draw on every rank) is the straggler.
+    static constexpr int any_rank = -2;
 };
 
 /// What a run reports; the trainer prints it as its last line.

@@ -221,7 +221,17 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     std::size_t steps_done = 0;
     double staleness_sum = 0.0;
     std::uint64_t staleness_max = 0;
-    const bool slowed = rank == config.slow_rank && config.slow_ms > 0.0;
+    // The straggler of a step: a fixed rank, or (--slow-rank any) one worker drawn from the step index, the same
+    // draw on every rank, so each worker is slow in about 1 of every `workers` steps.
+    const auto slowed_now = [&](std::uint64_t step) {
+        if (config.slow_ms <= 0.0) return false;
+        if (config.slow_rank != train_config::any_rank) return rank == config.slow_rank;
+        std::uint64_t z = step + 0x9e3779b97f4a7c15ull;  // splitmix64
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        return static_cast<int>(z % static_cast<std::uint64_t>(dp.worker_count())) == rank;
+    };
     bool stop = false;
     std::size_t epoch = first_epoch;
     for (; epoch < config.epochs && !stop; ++epoch) {
@@ -239,7 +249,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             const double batch_loss = loss.forward(logits, loader.labels());
             model.backward(loss.gradient(), [&](std::size_t i) { dp.gradient_ready(i); });
             compute.reset();
-            if (slowed) {
+            if (slowed_now(dp.step_index())) {
                 const hitch::train::timeline::scoped_span slow(timeline.enabled() ? &timeline : nullptr, "--slow-ms",
                                                                "compute");
                 std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config.slow_ms));
