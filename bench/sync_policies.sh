@@ -3,8 +3,8 @@
 # the same epochs under each --sync policy, each once as it is and once with rank 3 slowed (--slow-rank 3
 # --slow-ms X). Draws ONE chart of test accuracy against wall time, a line per run (gnuplot, as the trainer's
 # --plot; slowed runs dashed in their policy's colour), and prints a table: policy, slowed?, final test accuracy,
-# seconds to the target accuracy, rank 0's steps per second (rank 0 is never the slowed one, so this is what the
-# fast workers keep), mean staleness and dropped gradients. Accuracy and times are rank 0's, from its metrics file
+# seconds to the target accuracy, rank 0's steps per second (with the last rank slowed, what the fast workers
+# keep), mean staleness and dropped gradients. Accuracy and times are rank 0's, from its metrics file
 # (step lines, then the run's summary line), which stays under the output directory with the chart.
 #
 #   bench/sync_policies.sh [build dir]
@@ -14,6 +14,7 @@
 #             policy is one more name here, and its options, if it needs any beside the trainer's defaults, one more
 #             entry of policy_options below
 #   EPOCHS [5]  RANKS [4]  SLOW_MS [50; 0 skips the slowed runs]  TARGET [0.85]
+#   SLOW_RANK the slowed rank [the last one], or any: each step a worker drawn at random (a transient straggler)
 #   EVAL_EVERY  test accuracy every this many steps as well as at each epoch's end, the chart's points [100]
 #   LAUNCH    mpi: mpiexec -n RANKS; threads: --threads RANKS (comm::local, one process) [mpi]
 #   EXTRA     more trainer options for every run ["--lr 0.05"]
@@ -25,6 +26,7 @@ out="${OUT:-$build/sync-policies}"
 epochs="${EPOCHS:-5}"
 ranks="${RANKS:-4}"
 slow_ms="${SLOW_MS:-50}"
+slow_rank="${SLOW_RANK:-$((${RANKS:-4} - 1))}"
 target="${TARGET:-0.85}"
 launch="${LAUNCH:-mpi}"
 default_policies="hard local_sgd soft async ssp easgd backup"
@@ -64,7 +66,7 @@ for policy in "${policies[@]}"; do
     slow=()
     if [[ "$variant" == slow ]]; then
       name="${policy}_slow"
-      slow=(--slow-rank $((ranks - 1)) --slow-ms "$slow_ms")
+      slow=(--slow-rank "$slow_rank" --slow-ms "$slow_ms")
     fi
     command=("${launcher[@]}" --model mlp --epochs "$epochs" --batch-size 128 --eval-every "$eval_every"
              "${extra[@]}" --sync "$policy" "${own[@]}" "${slow[@]}" --metrics "$out/$name.jsonl" --no-progress-bar)
@@ -100,7 +102,7 @@ for f in files:
             points.append((j["elapsed_s"], j["accuracy"]))
     if summary is None:
         continue
-    policy, slowed = summary["sync"], summary["slow_rank"] >= 0
+    policy, slowed = summary["sync"], summary["slow_rank"] != -1  # -2: --slow-rank any
     dat = f[: -len(".jsonl")] + ".dat"
     with open(dat, "w") as d:
         for t, a in points:
@@ -111,7 +113,8 @@ for f in files:
                  "-" if reached is None else f"{reached:.1f}", steps_per_s, summary["staleness_mean"],
                  summary["dropped_gradients"]))
     colour = colours.setdefault(policy, len(colours) + 1)
-    title = policy + (f" (rank {summary['slow_rank']} +{summary['slow_ms']:g} ms/step)" if slowed else "")
+    who = "a random worker" if summary["slow_rank"] == -2 else f"rank {summary['slow_rank']}"
+    title = policy + (f" ({who} +{summary['slow_ms']:g} ms/step)" if slowed else "")
     clauses.append(f"'{dat}' using 1:2 with linespoints lc {colour} dt {2 if slowed else 1} pt 7 title '{title}'")
 with open(f"{out}/chart.gp", "w") as g:
     g.write("set terminal pngcairo size 1250,650 font ',10' noenhanced\n")
