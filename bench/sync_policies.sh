@@ -3,8 +3,8 @@
 # the same epochs under each --sync policy, each once as it is and once with rank 3 slowed (--slow-rank 3
 # --slow-ms X). Draws ONE chart of test accuracy against wall time, a line per run (gnuplot, as the trainer's
 # --plot; slowed runs dashed in their policy's colour), and prints a table: policy, slowed?, final test accuracy,
-# seconds to the target accuracy, rank 0's steps per second (rank 0 is never the slowed one, so this is what the
-# fast workers keep), mean staleness and dropped gradients. Accuracy and times are rank 0's, from its metrics file
+# seconds to the target accuracy, rank 0's steps per second (with the last rank slowed, what the fast workers
+# keep), mean staleness and dropped gradients. Accuracy and times are rank 0's, from its metrics file
 # (step lines, then the run's summary line), which stays under the output directory with the chart.
 #
 #   bench/sync_policies.sh [build dir]
@@ -14,8 +14,7 @@
 #             policy is one more name here, and its options, if it needs any beside the trainer's defaults, one more
 #             entry of policy_options below
 #   EPOCHS [5]  RANKS [4]  SLOW_MS [50; 0 skips the slowed runs]  TARGET [0.85]
-#   SLOW_RANK the straggler of the slowed runs: a rank, or "any" (each step one worker drawn at random, a transient
-#             straggler) [the last rank]
+#   SLOW_RANK the slowed rank [the last one], or any: each step a worker drawn at random (a transient straggler)
 #   EVAL_EVERY  test accuracy every this many steps as well as at each epoch's end, the chart's points [100]
 #   LAUNCH    mpi: mpiexec -n RANKS; threads: --threads RANKS (comm::local, one process) [mpi]
 #   EXTRA     more trainer options for every run ["--lr 0.05"]
@@ -103,7 +102,7 @@ for f in files:
             points.append((j["elapsed_s"], j["accuracy"]))
     if summary is None:
         continue
-    policy, slowed = summary["sync"], summary["slow_rank"] != -1
+    policy, slowed = summary["sync"], summary["slow_rank"] != -1  # -2: --slow-rank any
     dat = f[: -len(".jsonl")] + ".dat"
     with open(dat, "w") as d:
         for t, a in points:
@@ -118,11 +117,11 @@ for f in files:
     title = policy + (f" ({who} +{summary['slow_ms']:g} ms/step)" if slowed else "")
     clauses.append(f"'{dat}' using 1:2 with linespoints lc {colour} dt {2 if slowed else 1} pt 7 title '{title}'")
 with open(f"{out}/chart.gp", "w") as g:
-    g.write("set terminal pngcairo size 1000,650 font ',10' noenhanced\n")
+    g.write("set terminal pngcairo size 1250,650 font ',10' noenhanced\n")
     g.write(f"set output '{out}/sync_policies.png'\n")
     g.write("set title 'Fashion-MNIST MLP: test accuracy against wall time, one line per sync policy'\n")
     g.write("set xlabel 'seconds since the first step'\nset ylabel 'test accuracy'\nset grid\n")
-    g.write("set key bottom right\nset xrange [0:*]\n")
+    g.write("set key outside right top\nset xrange [0:*]\n")
     g.write("plot " + ", \\\n     ".join(clauses) + "\n")
 header = ("policy", "slowed", "test accuracy", f"s to {target:g}", "rank 0 steps/s", "staleness", "dropped")
 table = [header] + [(p, s, f"{a:.4f}", t, f"{r:.1f}", f"{st:.2f}", str(d)) for p, s, a, t, r, st, d in rows]

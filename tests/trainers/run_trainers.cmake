@@ -401,7 +401,7 @@ elseif(CASE STREQUAL "bad_options")
            "--powersgd-rank|65|from 1 to 64" "--local-sgd-period|0|" "--bucket-mib|0|" "--bucket-mib|2048|"
            "--threads|65|from 0 to 64" "--threads|-2|" "--blas-threads|0|" "--synthetic-samples|0|"
            "--max-steps|-1|>= 0" "--max-steps|1.5|" "--optimizer|adamx|sgd, momentum" "--model|vgg|mlp, cnn"
-           "--slow-rank|-2|-1 (none) or a rank" "--slow-rank|1.5|-1 (none) or a rank" "--slow-rank|x|is not a number"
+           "--slow-rank|-2|-1 (none), any, or a rank" "--slow-rank|1.5|-1 (none), any, or a rank" "--slow-rank|x|is not a number"
            "--slow-rank|99999999999|" "--slow-ms|-1|from 0 to 3600000" "--slow-ms|nan|" "--slow-ms|inf|"
            "--eval-every|-1|>= 0" "--eval-every|x|is not a number" "--servers|0|from 1 to" "--soft-c|-1|"
            "--soft-c|1048577|from 0 to 1048576" "--ssp-bound|x|is not a number" "--easgd-alpha|1|from 0 to 0.99"
