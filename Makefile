@@ -1,5 +1,6 @@
 # hitch: the two commands.
-#   make demo   installs what is missing, builds, trains the Fashion-MNIST example on 2 MPI ranks
+#   make demo   installs what the demo needs, builds the trainer alone, trains the Fashion-MNIST example on 2 MPI
+#               ranks
 #   make test   installs what is missing, builds everything buildable here, runs the whole test suite, then
 #               builds the thread-heavy test families with clang and runs them too
 # Further targets: make test-clang (every test family with clang), make format / format-check (.clang-format).
@@ -11,7 +12,7 @@ CMAKE_ARGS ?=
 CLANG_FAMILIES ?= core;parallel;comm;allreduce;train;sync
 CLANG_EXAMPLES ?= OFF
 
-.PHONY: all deps configure build test test-gcc test-clang-threads test-clang demo format format-check clean
+.PHONY: all deps deps-demo configure configure-demo build test test-gcc test-clang-threads test-clang demo format format-check clean
 
 all: build
 
@@ -19,6 +20,13 @@ deps:
 	@scripts/install-deps.sh
 
 configure: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+deps-demo:
+	@scripts/install-deps.sh --demo
+
+# The same build directory as make test's, so a later make test reuses what the demo built.
+configure-demo: deps-demo
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 
 build: configure
@@ -40,7 +48,8 @@ test: test-gcc
 test-clang:
 	$(MAKE) test-clang-threads CLANG_FAMILIES="" CLANG_BUILD=$(CLANG_BUILD)-all CLANG_EXAMPLES=ON
 
-demo: build
+demo: configure-demo
+	cmake --build $(BUILD) -j $(JOBS) --target hitch-mnist
 	@scripts/demo.sh $(BUILD)
 
 format:

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages listed in scripts/packages.txt that are missing. Idempotent: nothing already
 # installed is installed again, and apt-get is not run at all when everything is present. As a non-root user it
-# prints the exact command to run and fails.
+# prints the exact command to run and fails. With --demo, only what make demo needs (not the packages marked
+# test-only: the second compiler, the formatter's venv, the benchmarks' peers).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-mapfile -t wanted < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$here/packages.txt" | grep -v '^$')
+case "${1:-}" in
+  --demo) demo=1 ;;
+  '') demo=0 ;;
+  *) echo "usage: scripts/install-deps.sh [--demo]" >&2; exit 2 ;;
+esac
+mapfile -t wanted < <(sed -e 's/#.*//' "$here/packages.txt" | awk -v demo="$demo" 'NF && !(demo && $2 == "test-only") { print $1 }')
 
 missing=()
 for pkg in "${wanted[@]}"; do

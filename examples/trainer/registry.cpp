@@ -97,24 +97,17 @@ void check_combination(const train_config& c, int ranks) {
 template <class C>
 train_result train(C& comm, const train_config& c, const task& t) {
     check_combination(c, comm.size());
-    return with_optimizer(optimizer_type_name(c), [&](auto o) {
-        using O = typename decltype(o)::type;
-        return with_sync(c.sync, [&](auto p) -> train_result {
-            using P = typename decltype(p)::type;
-            if constexpr (hitch::shared_memory_policy<P> && !hitch::shares_address_space<C>) {
-                throw usage_error("--sync hogwild needs --threads N, not MPI ranks");  // check_combination said so
-            } else if constexpr (!std::is_same_v<P, hitch::sync::hard>) {
-                return train_with<O, hitch::compress::none, P, C>(comm, c, t);
-            } else {
-                return with_compressor(c.compressor, [&](auto x) -> train_result {
-                    using X = typename decltype(x)::type;
-                    if constexpr (std::is_same_v<X, hitch::compress::dgc> && !std::is_same_v<O, hitch::optim::sgd>)
-                        throw std::logic_error("dgc runs with hitch::optim::sgd only (optimizer_type_name)");
-                    else
-                        return train_with<O, X, P, C>(comm, c, t);
-                });
-            }
-        });
+    return with_sync(c.sync, [&](auto p) -> train_result {
+        using P = typename decltype(p)::type;
+        if constexpr (hitch::shared_memory_policy<P> && !hitch::shares_address_space<C>) {
+            throw usage_error("--sync hogwild needs --threads N, not MPI ranks");  // check_combination said so
+        } else if constexpr (!std::is_same_v<P, hitch::sync::hard>) {
+            return train_with<hitch::compress::none, P, C>(comm, c, t);
+        } else {
+            return with_compressor(c.compressor, [&](auto x) -> train_result {
+                return train_with<typename decltype(x)::type, P, C>(comm, c, t);
+            });
+        }
     });
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Names on the command line -> hitch types, and the options each type takes from train_config. One list per
-// template argument of hitch::data_parallel; the training loop is instantiated for every combination the lists
-// allow (only hard sync exchanges gradients through a compressor: every other policy pairs with "none").
+// template argument of hitch::data_parallel. The optimizer is chosen at run time (hitch::optim::one_of); the
+// training loop is instantiated for every (compressor, sync policy) the lists allow (only hard sync exchanges
+// gradients through a compressor: every other policy pairs with "none").
 
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,7 @@
 #include "hitch/optim/lamb.hpp"
 #include "hitch/optim/lars.hpp"
 #include "hitch/optim/momentum.hpp"
+#include "hitch/optim/one_of.hpp"
 #include "hitch/optim/sgd.hpp"
 #include "hitch/sync/async.hpp"
 #include "hitch/sync/backup_workers.hpp"
@@ -86,6 +88,23 @@ typename O::options_type optimizer_options(const train_config& c) {
         opts.weight_decay = wd;
     }
     return opts;
+}
+
+/// Every rule --optimizer names, behind one type that holds the chosen one: the training loop is compiled once
+/// for all of them, not once per rule (that product made the trainers take many minutes to build).
+using any_optimizer =
+    hitch::optim::one_of<hitch::optim::sgd, hitch::optim::momentum, hitch::optim::adam, hitch::optim::adamw,
+                         hitch::optim::lars<hitch::optim::momentum>, hitch::optim::lamb>;
+
+/// The optimizer the run steps with: --optimizer, except under --compressor dgc, which keeps the momentum itself
+/// and runs plain SGD (registry.cpp).
+std::string optimizer_type_name(const train_config& c);
+
+/// The options of the rule the run uses (optimizer_type_name: dgc runs plain SGD).
+inline any_optimizer::options_type any_optimizer_options(const train_config& c) {
+    return with_optimizer(optimizer_type_name(c), [&](auto o) -> any_optimizer::options_type {
+        return optimizer_options<typename decltype(o)::type>(c);
+    });
 }
 
 // ---- compressors ------------------------------------------------------------------------------------------------

@@ -107,8 +107,9 @@ struct task {
     std::function<nn::model<float>(std::size_t max_batch, std::uint64_t seed)> build;
 };
 
-/// The training loop for one combination (defined in train_impl.hpp, instantiated in instantiate_*.cpp).
-template <class Optimizer, class Compressor, class SyncPolicy, class Communicator>
+/// The training loop for one (compressor, sync policy, communicator); the optimizer is chosen at run time
+/// (any_optimizer in registry.hpp). Defined in train_impl.hpp, instantiated in instantiate_*.cpp.
+template <class Compressor, class SyncPolicy, class Communicator>
 train_result train_with(Communicator& comm, const train_config& config, const task& t);
 
 /// Runs the combination `config` names on `comm` (hitch::comm::local or hitch::comm::mpi). Throws

@@ -1,6 +1,6 @@
 #pragma once
-// The training loop, once per (optimizer, compressor, sync policy, communicator): this is where an existing model
-// meets hitch::data_parallel. Included only by the instantiate_*.cpp files.
+// The training loop, once per (compressor, sync policy, communicator), with the optimizer chosen at run time: this
+// is where an existing model meets hitch::data_parallel. Included only by the instantiate_*.cpp files.
 
 #include <algorithm>
 #include <chrono>
@@ -98,9 +98,9 @@ inline std::vector<std::byte> as_bytes_vector(const void* p, std::size_t n) {
 
 }  // namespace detail
 
-template <class O, class X, class P, class C>
+template <class X, class P, class C>
 train_result train_with(C& comm, const train_config& config, const task& t) {
-    using dp_t = hitch::data_parallel<O, X, P, schedule_by_name>;
+    using dp_t = hitch::data_parallel<any_optimizer, X, P, schedule_by_name>;
     const int rank = comm.rank();
     // With dedicated parameter servers the last ranks only serve: the data and the batch are split over the
     // workers, ranks 0 to p - 1 here.
@@ -134,7 +134,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
 
     hitch::train::timeline timeline(rank, !config.timeline.empty());
     typename dp_t::options o;
-    o.optimizer = optimizer_options<O>(config);
+    o.optimizer = any_optimizer_options(config);
     o.compressor = make_compressor<X>(config, steps_per_epoch, p);
     o.sync = sync_options<P>(config);
     o.schedule = schedule_by_name({config.allreduce});

@@ -5,7 +5,8 @@
 // CUDA rule models optimizer_on<O, cuda::device> without the concepts knowing CUDA.
 //
 //   O::name                              static constexpr std::string_view: names the rule in saved state
-//                                        ("adam", "lars<momentum>")
+//                                        ("adam", "lars<momentum>"); a rule chosen at run time adds
+//                                        o.rule_name() (optimizer_name(o) below)
 //   O::options_type, O(options_type), O(), o.options()
 //                                        typed hyper-parameters with validate(), checked by O's constructor
 //   O::state_type<D>                     one layer's state on device D (e.g. Adam's m and v), with
@@ -70,6 +71,19 @@ concept optimizer_on = device<D> && std::copy_constructible<O> && optimizer_has_
 /// A per-layer update rule on the host.
 template <class O>
 concept optimizer = optimizer_on<O, host_device_archetype>;
+
+/// The name saved state records for the optimizer object o: O::name, or, for a rule chosen at run time
+/// (optim::one_of), the chosen rule's name o.rule_name(), a view of static storage.
+template <class O>
+[[nodiscard]] constexpr std::string_view optimizer_name(const O& o) noexcept {
+    if constexpr (requires {
+                      { o.rule_name() } -> std::convertible_to<std::string_view>;
+                  }) {
+        return o.rule_name();
+    } else {
+        return O::name;
+    }
+}
 
 /// Returns true when O models optimizer_on<O, D>; otherwise fails to compile with one sentence naming the first
 /// requirement O misses and what to write. Use it where a user's rule first meets hitch:

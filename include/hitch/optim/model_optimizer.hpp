@@ -102,11 +102,13 @@ public:
 
     /// Writes every layer's state (see hitch/optim/state_io.hpp for the form).
     void save(std::ostream& out) const {
-        save_state(out, O::name, std::span<const layer>(layers_), std::span<const state_type>(states_), *device_);
+        save_state(out, optimizer_name(optimizer_), std::span<const layer>(layers_),
+                   std::span<const state_type>(states_), *device_);
     }
     /// Reads a state written by save(); throws and changes nothing when it is corrupt or of another layout.
     void load(std::istream& in) {
-        load_state(in, O::name, std::span<const layer>(layers_), std::span<state_type>(states_), *device_);
+        load_state(in, optimizer_name(optimizer_), std::span<const layer>(layers_), std::span<state_type>(states_),
+                   *device_);
     }
 
 private:

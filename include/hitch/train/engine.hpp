@@ -348,7 +348,7 @@ private:
     [[nodiscard]] checkpoint_identity identity() const {
         return {size(),
                 rank(),
-                O::name,
+                optimizer_name(O(options_.optimizer)),
                 X::name,
                 P::name,
                 dtype_of<Param>(),

@@ -190,7 +190,7 @@ public:
         const std::string opt = os.str();
         frame_writer f(blob, "HPSSHRD", 1);
         auto& p = f.payload();
-        p.text(O::name)
+        p.text(optimizer_name(optimizer_->optimizer()))
             .text(X::name)
             .put(static_cast<std::uint64_t>(shard_))
             .put(static_cast<std::uint64_t>(params_.size()));
@@ -258,12 +258,14 @@ private:
         const auto shard = r.get<std::uint64_t>("the shard");
         const auto n = r.get<std::uint64_t>("the element count");
         const auto workers = r.get<std::uint64_t>("the worker count");
-        if (opt_name != O::name || codec_name != X::name || shard != shard_ || n != params_.size() ||
+        const std::string_view own_name = optimizer_name(optimizer_->optimizer());
+        if (opt_name != own_name || codec_name != X::name || shard != shard_ || n != params_.size() ||
             workers != workers_.size())
             throw mismatch_error(concat(who, ": the saved shard is shard ", shard, " of ", n, " elements with ",
                                         workers, " workers, optimizer '", opt_name, "', codec '", codec_name,
                                         "'; this server holds shard ", shard_, " of ", params_.size(), " with ",
-                                        workers_.size(), " workers, optimizer '", O::name, "', codec '", X::name, "'"));
+                                        workers_.size(), " workers, optimizer '", own_name, "', codec '", X::name,
+                                        "'"));
         saved_state st;
         st.version = r.get<std::uint64_t>("the version");
         st.accumulated = r.get<std::uint64_t>("the accumulated count");

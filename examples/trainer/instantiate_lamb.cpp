@@ -1,5 +1,0 @@
-#include "instantiate.hpp"
-
-namespace hitch_examples {
-HITCH_EXAMPLE_TRAIN_WITH_OPTIMIZER(hitch::optim::lamb)
-}  // namespace hitch_examples

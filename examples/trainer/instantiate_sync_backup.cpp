@@ -1,5 +1,0 @@
-#include "instantiate.hpp"
-
-namespace hitch_examples {
-HITCH_EXAMPLE_TRAIN_EVERY_OPTIMIZER(hitch::sync::backup_workers)
-}  // namespace hitch_examples

@@ -1,5 +1,0 @@
-#include "instantiate.hpp"
-
-namespace hitch_examples {
-HITCH_EXAMPLE_TRAIN_EVERY_OPTIMIZER(hitch::sync::soft)
-}  // namespace hitch_examples
