@@ -16,14 +16,6 @@
 
 namespace hitch_examples {
 
-/// What a trainer tells the command line about itself.
-struct example_info {
-    std::string program;              // "hitch-mnist"
-    std::string example;              // "mnist"
-    std::vector<std::string> models;  // {"mlp", "cnn"}
-    train_config defaults;
-};
-
 /// Registers every option of a trainer; `c` must outlive the parse.
 inline void add_options(CLI::App& app, train_config& c, const example_info& info) {
     using detail::add_name, detail::add_real, detail::add_whole;

@@ -98,6 +98,14 @@ struct train_result {
     std::uint64_t dropped_gradients = 0;
 };
 
+/// What a trainer tells the command line about itself.
+struct example_info {
+    std::string program;              // "hitch-mnist"
+    std::string example;              // "mnist"
+    std::vector<std::string> models;  // {"mlp", "cnn"}
+    train_config defaults;
+};
+
 /// The data and model a trainer trains.
 struct task {
     const data::dataset* train = nullptr;

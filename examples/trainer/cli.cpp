@@ -1,0 +1,208 @@
+// The trainers' main(), compiled once for every trainer (see cli.hpp).
+#include "cli.hpp"
+
+#include <mpi.h>
+
+#include <unistd.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "checkpoint_files.hpp"
+#include "hitch/comm/local.hpp"
+#include "hitch/comm/mpi.hpp"
+#include "nn/blas.hpp"
+#include "options.hpp"
+#include "plot.hpp"
+#include "summary.hpp"
+#include "train.hpp"
+
+namespace hitch_examples {
+
+/// OpenBLAS 0.3.21 does not recognise some AVX-512 CPUs and falls back to slower kernels; it reads its kernel choice
+/// (OPENBLAS_CORETYPE) only when it is loaded, so the program restarts itself once with the faster choice set.
+/// Runs before MPI starts; an explicit OPENBLAS_CORETYPE is respected, and a failed restart just carries on.
+static void prefer_faster_blas_kernels(char** argv) {
+    if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+    if (const auto core = nn::faster_blas_core()) {
+        ::setenv("OPENBLAS_CORETYPE", core->c_str(), 1);
+        ::execv("/proc/self/exe", argv);
+    }
+}
+
+namespace detail {
+
+/// Nodes the MPI ranks run on: ranks that share memory are on one node (MPI_COMM_TYPE_SHARED).
+inline int count_nodes() {
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int node_rank = 0;
+    MPI_Comm_rank(node, &node_rank);
+    MPI_Comm_free(&node);
+    int leaders = node_rank == 0 ? 1 : 0, nodes = 0;
+    MPI_Allreduce(&leaders, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    return nodes;
+}
+
+/// Runs `f` on every rank; when it throws on any, the lowest such rank prints its line and every rank learns the
+/// exit status (0: none failed). Collective over MPI_COMM_WORLD when `mpi`.
+template <class F>
+int agree_on_failure(bool mpi, int rank, int size, const std::string& program, F&& f) {
+    int status = 0;
+    std::string message;
+    try {
+        f();
+    } catch (const usage_error& e) {
+        status = exit_usage, message = e.what();
+    } catch (const std::exception& e) {
+        status = exit_failure, message = e.what();
+    }
+    if (!mpi) {
+        if (status != 0) print_line(program, message);
+        return status;
+    }
+    const int mine = status != 0 ? rank : size;
+    int first = size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == size) return 0;
+    if (first == rank)
+        print_line(program, size > 1 && rank > 0 ? "rank " + std::to_string(rank) + ": " + message : message);
+    MPI_Bcast(&status, 1, MPI_INT, first, MPI_COMM_WORLD);
+    return status;
+}
+
+}  // namespace detail
+
+/// Runs the trainer; returns the process exit status.
+int run_main(int argc, char** argv, const example_info& info, const task_factory& make_task) {
+    prefer_faster_blas_kernels(argv);
+    train_config config = info.defaults;
+    config.example = info.example;
+    CLI::App app{info.program + ": train an example model data-parallel with hitch"};
+    add_options(app, config, info);
+    std::vector<std::string> compare;
+    app.add_option("--plot-compare", compare, "Only draw --plot from these metrics files (no training)")
+        ->check(CLI::ExistingFile);
+    const bool speaks = launcher_rank() == 0;  // every rank finds the same mistake on the command line
+    try {
+        app.parse(argc, argv);
+        check_combination(config, config.threads);  // 0 ranks: not known before MPI starts
+        if (!compare.empty() && config.plot.empty()) throw usage_error("--plot-compare needs --plot FILE.png");
+    } catch (const CLI::CallForHelp& e) {
+        return speaks ? app.exit(e) : 0;
+    } catch (const CLI::CallForAllHelp& e) {
+        return speaks ? app.exit(e) : 0;
+    } catch (const CLI::ParseError& e) {
+        if (speaks) print_line(info.program, std::string(e.what()) + " (--help lists the options)");
+        return exit_usage;
+    } catch (const usage_error& e) {
+        if (speaks) print_line(info.program, e.what());
+        return exit_usage;
+    }
+    if (!compare.empty()) {
+        try {
+            plot_metrics(compare, config.plot);
+        } catch (const std::exception& e) {
+            print_line(info.program, e.what());
+            return exit_failure;
+        }
+        std::printf("wrote %s\n", config.plot.c_str());
+        return 0;
+    }
+    if (!config.plot.empty() && config.metrics.empty()) config.metrics = config.plot + ".metrics.jsonl";
+
+    const bool on_threads = config.threads > 0;
+    std::unique_ptr<hitch::comm::mpi_environment> env;
+    if (!on_threads) env = std::make_unique<hitch::comm::mpi_environment>(argc, argv);
+    int world_rank = 0, world_size = 1, nodes = 1;
+    if (!on_threads) {
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+        nodes = detail::count_nodes();
+    } else {
+        world_size = config.threads;
+    }
+    nn::set_blas_threads(config.blas_threads);
+
+    std::shared_ptr<void> keep;
+    task t;
+    const int status = detail::agree_on_failure(!on_threads, world_rank, world_size, info.program, [&] {
+        check_combination(config, world_size);
+        if (!config.resume.empty())
+            if (const std::string problem =
+                    resume_problem("--resume", config.resume, world_size, worker_count(config, world_size));
+                !problem.empty())
+                throw usage_error(problem);
+        t = make_task(config, keep);
+    });
+    if (status != 0) return status;
+
+    try {
+        if (world_rank == 0) {
+            const auto sync_opts = sync_options_json(config);
+            const std::string sync = config.sync + (sync_opts.empty() ? "" : " " + sync_opts.dump());
+            const int workers = worker_count(config, world_size);
+            const std::string servers =
+                workers == world_size ? "" : " (" + std::to_string(world_size - workers) + " of them servers only)";
+            const std::string slow =
+                config.slow_rank == -1 ? ""
+                : config.slow_rank == train_config::any_rank
+                    ? ", a random worker slowed by " + detail::number_text(config.slow_ms) + " ms each step"
+                    : ", rank " + std::to_string(config.slow_rank) + " slowed by " +
+                          detail::number_text(config.slow_ms) + " ms a step";
+            std::printf(
+                "%s: %s on %d %s%s, %zu training and %zu test samples, optimizer %s, compressor %s, sync %s, "
+                "all-reduce %s, BLAS kernels %s%s\n",
+                info.program.c_str(), config.model.c_str(), world_size, on_threads ? "threads" : "MPI ranks",
+                servers.c_str(), t.train->size(), t.test->size(), config.optimizer.c_str(), config.compressor.c_str(),
+                sync.c_str(), config.allreduce.c_str(), nn::blas_core().c_str(), slow.c_str());
+        }
+        train_result result;
+        if (on_threads) {
+            result = hitch::comm::run_local(config.threads, [&](hitch::comm::local& comm) {
+                train_config mine = config;
+                mine.progress_bar = config.progress_bar && comm.rank() == 0;
+                return train(comm, mine, t);
+            })[0];
+        } else {
+            hitch::comm::mpi comm;
+            result = train(comm, config, t);
+        }
+        if (world_rank == 0) {
+            const std::string line = summary_line(info.example, config, world_size, nodes, result);
+            // The metrics file ends with the same line, so that it says what produced it (docs/metrics.md).
+            if (!config.metrics.empty()) {
+                std::ofstream metrics(config.metrics, std::ios::app);
+                metrics << line << '\n';
+                if (!metrics.flush()) throw std::runtime_error("--metrics: cannot write " + config.metrics);
+            }
+            if (!config.plot.empty()) {
+                plot_metrics({config.metrics}, config.plot);
+                std::printf("wrote %s\n", config.plot.c_str());
+            }
+            std::printf("%s\n", line.c_str());
+            std::fflush(stdout);
+        }
+    } catch (const std::exception& e) {
+        print_line(info.program, on_threads ? e.what() : "rank " + std::to_string(world_rank) + ": " + e.what());
+        if (!on_threads && world_size > 1) {
+            // MPI_Abort ends the launcher's readers of this process's output with it: give them a moment.
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            MPI_Abort(MPI_COMM_WORLD, exit_failure);  // release the other ranks at once
+        }
+        return exit_failure;
+    }
+    return 0;
+}
+
+}  // namespace hitch_examples
