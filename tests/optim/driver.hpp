@@ -72,6 +72,18 @@ inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>&
     return true;
 }
 
+/// The state of O after one step on a model of `sizes`, as save() writes it.
+template <class O>
+std::string saved_state(const typename O::options_type& options, const std::vector<std::size_t>& sizes) {
+    float_model m(sizes, 5);
+    hitch::optim::model_optimizer<O> opt(options, m.layers);
+    m.fill_gradients(1, 0);
+    opt.step(0.1f);
+    std::stringstream s;
+    opt.save(s);
+    return s.str();
+}
+
 /// The layer sizes the tests sweep: empty, single, odd, a SIMD tail, and one large enough to be split across
 /// threads and norm blocks.
 inline std::vector<std::size_t> sweep_sizes() { return {0, 1, 7, 33, 1000, 70001}; }

@@ -49,16 +49,6 @@ void same_as_the_rule(const typename O::options_type& options) {
     CHECK(sa.str() == sb.str());
 }
 
-std::string saved(const any_rule::options_type& options) {
-    float_model m({10, 20}, 5);
-    optim::model_optimizer<any_rule> opt(options, m.layers);
-    m.fill_gradients(1, 0);
-    opt.step(0.1f);
-    std::stringstream s;
-    opt.save(s);
-    return s.str();
-}
-
 }  // namespace
 
 TEST_CASE("one_of steps, counts and saves exactly as the rule it holds", "[optim][one_of]") {
@@ -71,7 +61,7 @@ TEST_CASE("one_of steps, counts and saves exactly as the rule it holds", "[optim
 }
 
 TEST_CASE("one_of resumes from its own state and refuses another rule's", "[optim][one_of]") {
-    const std::string adam_state = saved(optim::adam::options_type{});
+    const std::string adam_state = saved_state<any_rule>(optim::adam::options_type{}, {10, 20});
     float_model m({10, 20}, 5);
     optim::model_optimizer<any_rule> adam(optim::adam::options_type{}, m.layers);
     std::stringstream in(adam_state);
@@ -102,7 +92,7 @@ TEST_CASE("one_of checks the chosen rule's options and refuses state of another 
     auto adam_state = adam.make_state(dev, w.size());
     CHECK(adam_state.buffers().size() == 3);
     CHECK_THROWS_WITH(sgd.step(l, adam_state, 0.1f), Catch::Contains("layer 'w' holds adam state, but this optimizer "
-                                                                      "is sgd"));
+                                                                     "is sgd"));
     CHECK(w[0] == 1.0f);
     adam.step(l, adam_state, 0.1f);
     CHECK(adam_state.steps == 1);

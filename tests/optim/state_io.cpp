@@ -56,17 +56,6 @@ void resume_is_exact(const typename O::options_type& options) {
     CHECK(bitwise_equal(all_params(straight), all_params(resumed)));
 }
 
-template <class O>
-std::string saved_state(const typename O::options_type& options, const std::vector<std::size_t>& sizes) {
-    float_model m(sizes, 5);
-    optim::model_optimizer<O> opt(options, m.layers);
-    m.fill_gradients(1, 0);
-    opt.step(0.1f);
-    std::stringstream s;
-    opt.save(s);
-    return s.str();
-}
-
 }  // namespace
 
 TEST_CASE("save, load into a fresh optimizer and resume equals an uninterrupted run, bitwise", "[optim][state]") {
