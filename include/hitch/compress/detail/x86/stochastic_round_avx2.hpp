@@ -64,7 +64,8 @@ template <bool EF, bool Clip>
 HITCH_TARGET_AVX2_INLINE __m256i quantize8_avx2_binary(const quantize_avx2_constants& k, const float* g,
                                                        const float* r_in, float* r_out, __m256i counter) {
     __m256 v;
-    const __m256 sent = _mm256_cmp_ps(rounded8_avx2<EF, Clip, true>(k, g, r_in, counter, v), k.two, _CMP_GE_OQ);
+    const __m256 sum = rounded8_avx2<EF, Clip, true>(k, g, r_in, counter, v);
+    const __m256 sent = _mm256_cmp_ps(sum, k.two, _CMP_GE_OQ);
     if constexpr (EF) {
         // v - unit where +unit was sent, v - (-unit) where -unit was, v - 0 where nothing was: the portable
         // kernel's v - (negative ? -sent : sent), operation for operation.
