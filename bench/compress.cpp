@@ -4,14 +4,17 @@
 // over the same floats in the same run.
 //
 //   hitch-bench-compress [--json] [--repeats N] [--only name,name] [--no-check] [--aggregate] [--bucket-mib M]
+//                        [--isa portable|avx2|avx512]
 //
+// --isa pins the codecs' kernels to one instruction-set tier (hitch::set_isa_limit, core/isa.hpp), refusing a tier
+// the processor lacks; without it the widest tier runs. Every line names the tier that ran.
 // encode_GBs and decode_GBs count 4 bytes per gradient element (the float bucket read, or rebuilt); bound_GBs is
 // the read pass (a sum over the floats), the faster of one thread and all of hitch's thread pool, since a codec
 // spreads a large bucket over the pool; ratio is uncompressed bytes / wire bytes. Each figure is the median of
 // N repeats, the codecs interleaved with the read pass so a busy machine slows them alike. --json prints one
 // object per line with exactly these keys:
-//   {"bench":"compress","impl":"onebit","elements":25557032,"wire_bytes":...,"ratio":...,"encode_GBs":...,
-//    "decode_GBs":...,"bound_GBs":...}
+//   {"bench":"compress","impl":"onebit","isa":"avx2","elements":25557032,"wire_bytes":...,"ratio":...,
+//    "encode_GBs":...,"decode_GBs":...,"bound_GBs":...}
 // and the comparisons (encode / bound, sampled / exact top-k, selected k) go to stderr. Without --json a table
 // and the comparisons go to stdout. Every message is decoded and checked against the codec's bound unless
 // --no-check. --aggregate also times one data-parallel step's exchange of all buckets between 2 ranks of
@@ -45,11 +48,13 @@
 #include "hitch/compress/terngrad.hpp"
 #include "hitch/compress/threshold.hpp"
 #include "hitch/compress/topk.hpp"
+#include "hitch/core/isa.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/exchange/aggregate.hpp"
 
 #include "../examples/trainer/option_values.hpp"
 
+#include "isa_option.hpp"
 #include "resnet50.hpp"
 
 namespace {
@@ -297,7 +302,9 @@ int main(int argc, char** argv) {
     const std::string program = "hitch-bench-compress";
     const std::string usage = "usage: " + program +
                               " [--json] [--repeats N] [--only a,b] [--no-check] [--aggregate] [--bucket-mib M "
-                              "(default 25; 0: one bucket per tensor)]";
+                              "(default 25; 0: one bucket per tensor)] [--isa portable|avx2|avx512 (default: the "
+                              "widest this processor has)]";
+    hitch::isa tier = hitch::cpu_isa();
     try {
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
@@ -311,6 +318,8 @@ int main(int argc, char** argv) {
                 repeats = ex::parse_whole(a, ex::next_value(argc, argv, i), 1, 1000);
             else if (a == "--bucket-mib")
                 bucket_mib = ex::parse_finite(a, ex::next_value(argc, argv, i), ex::real_range::closed(0.0, 1024.0));
+            else if (a == "--isa")
+                tier = hitch_bench::parse_isa_option(a, ex::next_value(argc, argv, i));
             else if (a == "--only") {
                 const std::string list(ex::next_value(argc, argv, i));
                 for (std::size_t p = 0; p <= list.size();) {
@@ -329,6 +338,9 @@ int main(int argc, char** argv) {
         ex::print_line(program, e.what());
         return ex::exit_usage;
     }
+
+    hitch::set_isa_limit(tier);  // parse_isa refused a tier the processor lacks
+    const std::string isa(hitch::isa_name(hitch::active_isa()));
 
     bench_data d;
     d.layers = resnet50();
@@ -451,9 +463,12 @@ int main(int argc, char** argv) {
 
     const double bytes = 4.0 * static_cast<double>(n);
     FILE* cmp = json ? stderr : stdout;
-    if (!json)
+    if (!json) {
+        std::printf("hitch-bench-compress: %zu ResNet-50 gradients, kernels of the %s tier, median of %d repeats\n\n",
+                    n, isa.c_str(), repeats);
         std::printf("%-13s %12s %9s %11s %11s %10s %9s\n", "impl", "wire_bytes", "ratio", "encode_GBs", "decode_GBs",
                     "bound_GBs", "enc/bound");
+    }
     std::map<std::string, double> encode_s;
     for (auto& r : runners) {
         const auto& t = times[r.impl];
@@ -465,9 +480,11 @@ int main(int argc, char** argv) {
         const double ratio = bytes / static_cast<double>(wire);
         if (json)
             std::printf(
-                "{\"bench\":\"compress\",\"impl\":\"%s\",\"elements\":%zu,\"wire_bytes\":%zu,\"ratio\":%.4f,"
+                "{\"bench\":\"compress\",\"impl\":\"%s\",\"isa\":\"%s\",\"elements\":%zu,\"wire_bytes\":%zu,\"ratio\":%"
+                ".4f,"
                 "\"encode_GBs\":%.3f,\"decode_GBs\":%.3f,\"bound_GBs\":%.3f}\n",
-                r.impl.c_str(), n, wire, ratio, bytes / enc * 1e-9, bytes / dec * 1e-9, bytes / bound * 1e-9);
+                r.impl.c_str(), isa.c_str(), n, wire, ratio, bytes / enc * 1e-9, bytes / dec * 1e-9,
+                bytes / bound * 1e-9);
         else
             std::printf("%-13s %12zu %9.2f %11.3f %11.3f %10.3f %9.2f\n", r.impl.c_str(), wire, ratio,
                         bytes / enc * 1e-9, bytes / dec * 1e-9, bytes / bound * 1e-9, bound / enc);

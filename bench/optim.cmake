@@ -1,12 +1,7 @@
 # hitch-bench-optim: one step of each optimizer on a ResNet-50-sized model against a memory-bandwidth pass.
+# Built with the project's default flags, as in a user's build: the optimizer kernels pick their AVX2 or AVX-512
+# build at run time (hitch/optim/detail/tiers.hpp), and --isa pins one. (With -march=native every tier would be
+# compiled for the machine's widest vectors, and --isa could not measure the narrower ones.)
 add_executable(hitch-bench-optim "${CMAKE_CURRENT_LIST_DIR}/optim.cpp")
 target_link_libraries(hitch-bench-optim PRIVATE hitch::hitch)
 hitch_target_warnings(hitch-bench-optim)
-# The kernels vectorise at the default flags; -march=native lets them use the machine's widest vectors. FMA
-# contraction stays off inside the optimizer kernels (hitch/optim/detail/strict_fp.hpp), so the bits are the
-# reference bits either way.
-include(CheckCXXCompilerFlag)
-check_cxx_compiler_flag(-march=native HITCH_BENCH_HAS_MARCH_NATIVE)
-if(HITCH_BENCH_HAS_MARCH_NATIVE)
-  target_compile_options(hitch-bench-optim PRIVATE -O3 -march=native)
-endif()

@@ -2,8 +2,11 @@
 // (25,557,032 floats), next to a memory-bandwidth pass a[i] = b[i] + s * c[i] and naive unfused versions (one pass
 // over memory per arithmetic step), on 1 and 2 threads.
 //
-//   hitch-bench-optim [--json] [--repeats N] [--threads 1,2]
+//   hitch-bench-optim [--json] [--repeats N] [--threads 1,2] [--isa portable|avx2|avx512]
 //
+// --isa pins the optimizer kernels to one instruction-set tier (hitch::set_isa_limit, core/isa.hpp), refusing a
+// tier the processor lacks; without it the widest tier runs. The triad and naive passes are plain loops of this
+// file, built with the default flags whatever the tier. Every line names the tier that ran.
 // Achieved bandwidth counts the bytes each update must move per parameter:
 //   sgd 12 (read w, g; write w)          momentum 20 (read w, g, b; write w, b)
 //   adam, adamw 28 (read w, g, m, v; write w, m, v)
@@ -11,8 +14,8 @@
 //   lamb 40 (pass 1 reads w, g, m, v, writes m, v: 24; pass 2 reads w, m, v, writes w: 16)
 // and the bound is the best bandwidth of the triad pass (12 bytes per element) over the thread counts run.
 // --json prints one object per line:
-//   {"bench":"optim","impl":"adam","params":25557032,"threads":2,"median_ms":...,"GBs":...,"bound_GBs":...,
-//    "fraction":...}
+//   {"bench":"optim","impl":"adam","isa":"avx2","params":25557032,"threads":2,"median_ms":...,"GBs":...,
+//    "bound_GBs":...,"fraction":...}
 
 #include <algorithm>
 #include <chrono>
@@ -26,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "hitch/core/isa.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/device/buffer.hpp"
 #include "hitch/device/cpu.hpp"
@@ -38,6 +42,7 @@
 #include "hitch/optim/sgd.hpp"
 
 #include "../examples/trainer/option_values.hpp"
+#include "isa_option.hpp"
 #include "resnet50.hpp"
 
 namespace {
@@ -134,7 +139,10 @@ int main(int argc, char** argv) {
     int repeats = 7;
     std::vector<std::size_t> thread_counts = {1, 2};
     const std::string program = "hitch-bench-optim";
-    const std::string usage = "usage: " + program + " [--json] [--repeats N] [--threads 1,2]";
+    const std::string usage = "usage: " + program +
+                              " [--json] [--repeats N] [--threads 1,2] [--isa portable|avx2|avx512 (default: the "
+                              "widest this processor has)]";
+    hitch::isa tier = hitch::cpu_isa();
     try {
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
@@ -151,6 +159,8 @@ int main(int argc, char** argv) {
                         ex::parse_whole<std::size_t>(a, std::string_view(list).substr(pos, comma - pos), 1, 1024));
                     pos = comma + 1;
                 }
+            } else if (a == "--isa") {
+                tier = hitch_bench::parse_isa_option(a, ex::next_value(argc, argv, i));
             } else if (a == "--help" || a == "-h") {
                 std::printf("%s\n", usage.c_str());
                 return 0;
@@ -162,6 +172,9 @@ int main(int argc, char** argv) {
         ex::print_line(program, e.what());
         return ex::exit_usage;
     }
+
+    hitch::set_isa_limit(tier);  // parse_isa_option refused a tier the processor lacks
+    const std::string isa(hitch::isa_name(hitch::active_isa()));
 
     const auto tensors = resnet50_tensors();
     std::size_t total = 0;
@@ -304,8 +317,10 @@ int main(int argc, char** argv) {
     for (const auto& r : results)
         if (r.impl == "triad") bound = std::max(bound, r.bytes / (r.median_ms * 1e-3) / 1e9);
     if (!json) {
-        std::printf("hitch-bench-optim: %zu parameters in %zu ResNet-50 tensors, median of %d runs\n", n,
-                    tensors.size(), repeats);
+        std::printf(
+            "hitch-bench-optim: %zu parameters in %zu ResNet-50 tensors, kernels of the %s tier, median of %d "
+            "runs\n",
+            n, tensors.size(), isa.c_str(), repeats);
         std::printf("bound: best triad bandwidth a = b + s*c: %.2f GB/s\n\n", bound);
         std::printf("%-16s %7s %10s %8s %9s\n", "impl", "threads", "median_ms", "GB/s", "fraction");
     }
@@ -313,9 +328,9 @@ int main(int argc, char** argv) {
         const double gbs = r.bytes / (r.median_ms * 1e-3) / 1e9;
         if (json)
             std::printf(
-                "{\"bench\":\"optim\",\"impl\":\"%s\",\"params\":%zu,\"threads\":%zu,\"median_ms\":%.3f,"
+                "{\"bench\":\"optim\",\"impl\":\"%s\",\"isa\":\"%s\",\"params\":%zu,\"threads\":%zu,\"median_ms\":%.3f,"
                 "\"GBs\":%.3f,\"bound_GBs\":%.3f,\"fraction\":%.3f}\n",
-                r.impl.c_str(), n, r.threads, r.median_ms, gbs, bound, gbs / bound);
+                r.impl.c_str(), isa.c_str(), n, r.threads, r.median_ms, gbs, bound, gbs / bound);
         else
             std::printf("%-16s %7zu %10.2f %8.2f %9.3f\n", r.impl.c_str(), r.threads, r.median_ms, gbs, gbs / bound);
     }

@@ -13,6 +13,7 @@
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/fixed_string.hpp"
+#include "hitch/core/isa.hpp"
 #include "hitch/core/layer.hpp"
 #include "hitch/core/options.hpp"
 #include "hitch/core/parallel.hpp"

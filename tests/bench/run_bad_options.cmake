@@ -48,11 +48,13 @@ if(PROGRAM STREQUAL "allreduce")
 elseif(PROGRAM STREQUAL "compress")
   set(rows "--repeats|-1|from 1 to 1000" "--repeats|0|" "--repeats|abc|is not a number" "--repeats|${overflow}|"
            "--repeats|nan|whole number" "--repeats|2.5|whole number" "--bucket-mib|-1|finite number from 0 to 1024"
-           "--bucket-mib|inf|" "--bucket-mib|nan|" "--bucket-mib|1e999|" "--bucket-mib|4096|" "--bucket-mib|x|is not a number")
+           "--bucket-mib|inf|" "--bucket-mib|nan|" "--bucket-mib|1e999|" "--bucket-mib|4096|" "--bucket-mib|x|is not a number"
+           "--isa|bogus|is not one of portable, avx2, avx512" "--isa|AVX2|is not one of portable, avx2, avx512")
 elseif(PROGRAM STREQUAL "optim")
   set(rows "--repeats|-1|from 1 to 1000" "--repeats|0|" "--repeats|abc|is not a number" "--repeats|${overflow}|"
            "--repeats|inf|whole number" "--threads|0|from 1 to 1024" "--threads|-2|" "--threads|two|is not a number"
-           "--threads|${overflow}|from 1 to 1024" "--threads|1.5|whole number")
+           "--threads|${overflow}|from 1 to 1024" "--threads|1.5|whole number"
+           "--isa|bogus|is not one of portable, avx2, avx512" "--isa|sse2|is not one of portable, avx2, avx512")
 else()
   message(FATAL_ERROR "unknown PROGRAM '${PROGRAM}'")
 endif()
@@ -87,6 +89,35 @@ else()
 endif()
 set(fragments "--no-such-option")
 expect_refused(${EXE} --no-such-option)
+
+if(PROGRAM STREQUAL "compress" OR PROGRAM STREQUAL "optim")
+  # A tier the processor lacks is refused, naming the widest it has. Which tiers this machine has is read from
+  # /proc/cpuinfo (Linux); a tier it has would start the whole benchmark, so only missing ones are tried.
+  set(cpu_flags "")
+  if(EXISTS /proc/cpuinfo)
+    file(STRINGS /proc/cpuinfo cpu_flags REGEX "^flags" LIMIT_COUNT 1)
+  endif()
+  if(cpu_flags MATCHES "^flags")
+    set(has_avx2 TRUE)
+    foreach(flag IN ITEMS avx2 f16c bmi2 popcnt)
+      if(NOT cpu_flags MATCHES " ${flag}( |$)")
+        set(has_avx2 FALSE)
+      endif()
+    endforeach()
+    set(has_avx512 ${has_avx2})
+    foreach(flag IN ITEMS avx512f avx512bw avx512vl avx512dq)
+      if(NOT cpu_flags MATCHES " ${flag}( |$)")
+        set(has_avx512 FALSE)
+      endif()
+    endforeach()
+    foreach(tier IN ITEMS avx2 avx512)
+      if(NOT has_${tier})
+        set(fragments "hitch-bench-${PROGRAM}: " "--isa ${tier}" "cannot run the ${tier} kernels" "widest tier is")
+        expect_refused(${EXE} --isa ${tier})
+      endif()
+    endforeach()
+  endif()
+endif()
 
 if(PROGRAM STREQUAL "allreduce")
   # Both sides of a combination that cannot work are named.

@@ -4,9 +4,11 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "helpers.hpp"
+#include "hitch/compress/detail/quantize.hpp"
 #include "hitch/compress/error_feedback.hpp"
 #include "hitch/compress/qsgd.hpp"
 #include "hitch/compress/terngrad.hpp"
@@ -126,6 +128,55 @@ TEST_CASE("qsgd and terngrad: AVX-512, AVX2 and baseline builds give identical m
     same(hc::qsgd({.levels = 1, .group_size = 512}));  // the one-level kernel
     same(hc::terngrad{});
     same(hc::terngrad({.clip_sigmas = 2.5}));
+}
+
+TEST_CASE("terngrad's thinning: the AVX2 and AVX-512 kernels keep exactly the codes the portable kernel keeps",
+          "[compress][terngrad]") {
+    // Every length from 0 to 300 (whole steps of 64 draws, the portable tail, words of codes that are all zero),
+    // several first counters and thresholds from nothing kept to everything kept.
+    std::vector<std::byte> codes(300 / 4 + 1);
+    std::uint64_t x = 7;
+    for (auto& c : codes) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        c = static_cast<std::byte>(x >> 56);
+    }
+    for (std::size_t i = 20; i < 28; ++i) codes[i] = std::byte{0};  // 32 zero codes: a step with nothing to thin
+    const hc::detail::counter_rng rng(hc::detail::draw_key(3, 1, 4));
+    for (const std::uint32_t threshold : {0u, 1u, 1u << 22, 8388607u, 8388608u})
+        for (const std::uint32_t first : {0u, 16u, 4096u, 65536u - 304u})  // counters stay in one block
+            for (std::size_t n = 0; n <= 300; n += (n < 140 ? 1 : 16)) {
+                std::vector<std::byte> portable(codes.begin(),
+                                                codes.begin() + static_cast<std::ptrdiff_t>((n + 3) / 4));
+                if (n % 4 != 0) portable.back() &= static_cast<std::byte>((1u << (2 * (n % 4))) - 1u);
+                auto wide = portable, widest = portable;
+                hc::detail::thin_kernel(portable.data(), n, first, rng, threshold);
+#if HITCH_COMPRESS_X86
+                if (hc::detail::cpu_has_avx2_set())
+                    hc::detail::thin_avx2(wide.data(), n, first, rng, threshold);
+                else
+                    wide = portable;
+                if (hc::detail::cpu_has_avx512_set())
+                    hc::detail::thin_avx512(widest.data(), n, first, rng, threshold);
+                else
+                    widest = portable;
+#else
+                wide = widest = portable;
+#endif
+                INFO("n " << n << " first " << first << " threshold " << threshold);
+                CHECK(wide == portable);
+                CHECK(widest == portable);
+                if (n == 300 && threshold == 1u << 22) {  // P(keep) = 1/2: about half the non-zero codes go
+                    const auto nonzero = [](const std::vector<std::byte>& c) {
+                        std::size_t k = 0;
+                        for (const std::byte b : c)
+                            for (unsigned j = 0; j < 8; j += 2) k += ((static_cast<unsigned>(b) >> j) & 3u) != 0;
+                        return k;
+                    };
+                    const std::size_t before = nonzero({codes.begin(), codes.begin() + 75}), after = nonzero(portable);
+                    CHECK(after > before * 3 / 10);
+                    CHECK(after < before * 7 / 10);
+                }
+            }
 }
 
 TEST_CASE("qsgd and terngrad with error feedback conserve everything; different streams round differently",

@@ -35,6 +35,7 @@
 #include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/detail/quantize.hpp"
 #include "hitch/compress/detail/random.hpp"
+#include "hitch/compress/detail/x86/moments_avx2.hpp"
 #include "hitch/compress/detail/x86/moments_avx512.hpp"
 #include "hitch/compress/wire.hpp"
 #include "hitch/concepts/compressor.hpp"
@@ -203,6 +204,8 @@ private:
 #if HITCH_COMPRESS_X86
                     if (tier == detail::isa::avx512)
                         mo.sum_squares = detail::sum_squares_avx512<EF>(g + begin, EF ? r_in + begin : nullptr, len);
+                    else if (tier == detail::isa::avx2)
+                        mo.sum_squares = detail::sum_squares_avx2<EF>(g + begin, EF ? r_in + begin : nullptr, len);
                     else
 #endif
                         detail::moments_kernel<EF, true, false, false>(g + begin, EF ? r_in + begin : nullptr, len, mo);

@@ -36,6 +36,7 @@
 #include "hitch/optim/detail/checks.hpp"
 #include "hitch/optim/detail/sqrt.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
+#include "hitch/optim/detail/tiers.hpp"
 
 namespace hitch::optim {
 
@@ -126,9 +127,9 @@ struct adam_scalars {
     float b1, b2, c1, c2, eps, step_size, bc2_sqrt, wd, decay, scale;
 };
 
-template <bool Decoupled, bool Decay, bool Amsgrad>
-void adam_kernel(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
-                 float* __restrict vmax, std::size_t n, adam_scalars k) {
+template <hitch::isa Tier, bool Decoupled, bool Decay, bool Amsgrad>
+HITCH_OPTIM_KERNEL void adam_kernel(float* __restrict w, const float* __restrict g, float* __restrict m,
+                                    float* __restrict v, float* __restrict vmax, std::size_t n, adam_scalars k) {
     HITCH_OPTIM_STRICT_FP_SCOPE
     // Tiles: moments and radicands first, square roots (detail/sqrt.hpp), then the weights; see the file comment
     // for the operation order, which the tiling does not change.
@@ -170,7 +171,7 @@ void adam_kernel(float* __restrict w, const float* __restrict g, float* __restri
                 root[i] = vi;
             }
         }
-        sqrt_in_place(root, len);
+        sqrt_in_place<Tier>(root, len);
         for (std::size_t i = 0; i < len; ++i) {
             float r = root[i] / k.bc2_sqrt;
             r = r + k.eps;
@@ -181,13 +182,13 @@ void adam_kernel(float* __restrict w, const float* __restrict g, float* __restri
     }
 }
 
-template <bool Decoupled, bool Decay>
-void adam_dispatch(bool amsgrad, float* w, const float* g, float* m, float* v, float* vmax, std::size_t n,
-                   const adam_scalars& k) {
+template <hitch::isa Tier, bool Decoupled, bool Decay>
+HITCH_OPTIM_KERNEL void adam_dispatch(bool amsgrad, float* w, const float* g, float* m, float* v, float* vmax,
+                                      std::size_t n, const adam_scalars& k) {
     if (amsgrad)
-        adam_kernel<Decoupled, Decay, true>(w, g, m, v, vmax, n, k);
+        adam_kernel<Tier, Decoupled, Decay, true>(w, g, m, v, vmax, n, k);
     else
-        adam_kernel<Decoupled, Decay, false>(w, g, m, v, vmax, n, k);
+        adam_kernel<Tier, Decoupled, Decay, false>(w, g, m, v, vmax, n, k);
 }
 
 }  // namespace detail
@@ -225,10 +226,13 @@ void basic_adam<WeightDecay>::apply(const layer& l, state_type<D>& s, float lr, 
         l.size(),
         [&](std::size_t b, std::size_t e) {
             float* vm = amsgrad ? vmax + b : nullptr;
-            if (weight_decay != 0.0f)
-                detail::adam_dispatch<decoupled, true>(amsgrad, w + b, g + b, m + b, v + b, vm, e - b, k);
-            else
-                detail::adam_dispatch<decoupled, false>(amsgrad, w + b, g + b, m + b, v + b, vm, e - b, k);
+            detail::run_tiered([&](auto tier) HITCH_OPTIM_INLINE_LAMBDA {
+                constexpr hitch::isa T = decltype(tier)::value;
+                if (weight_decay != 0.0f)
+                    detail::adam_dispatch<T, decoupled, true>(amsgrad, w + b, g + b, m + b, v + b, vm, e - b, k);
+                else
+                    detail::adam_dispatch<T, decoupled, false>(amsgrad, w + b, g + b, m + b, v + b, vm, e - b, k);
+            });
         },
         exec);
     s.steps = t;

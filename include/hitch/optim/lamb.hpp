@@ -36,6 +36,7 @@
 #include "hitch/optim/detail/norm.hpp"
 #include "hitch/optim/detail/sqrt.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
+#include "hitch/optim/detail/tiers.hpp"
 
 namespace hitch::optim {
 
@@ -102,7 +103,7 @@ struct lamb_scalars {
 
 /// r for one element from m, the square root of v / bc2, and w (shared by both passes, so they agree bit for bit).
 template <bool Decay>
-inline float lamb_direction(float m, float root, float w, const lamb_scalars& k) {
+HITCH_OPTIM_KERNEL float lamb_direction(float m, float root, float w, const lamb_scalars& k) {
     HITCH_OPTIM_STRICT_FP_SCOPE
     const float mh = m / k.bc1;
     float r = root + k.eps;
@@ -117,9 +118,10 @@ inline float lamb_direction(float m, float root, float w, const lamb_scalars& k)
 /// Pass 1 over [b, e) (whole norm blocks but the last): moments, and per-block sums of w^2 and r^2. Works in
 /// tiles so the square roots vectorise (detail/sqrt.hpp); tiles start on multiples of 16 inside a block, so
 /// element i of a tile goes to lane i % 16.
-template <bool Decay>
-void lamb_moments(const float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
-                  std::size_t b, std::size_t e, const lamb_scalars& k, double* sw, double* sr) {
+template <hitch::isa Tier, bool Decay>
+HITCH_OPTIM_KERNEL void lamb_moments(const float* __restrict w, const float* __restrict g, float* __restrict m,
+                                     float* __restrict v, std::size_t b, std::size_t e, const lamb_scalars& k,
+                                     double* sw, double* sr) {
     HITCH_OPTIM_STRICT_FP_SCOPE
     alignas(64) float root[sqrt_tile];
     alignas(64) float dir[sqrt_tile];
@@ -143,7 +145,7 @@ void lamb_moments(const float* __restrict w, const float* __restrict g, float* _
                 vt[i] = vi;
                 root[i] = vi / k.bc2;
             }
-            sqrt_in_place(root, len);
+            sqrt_in_place<Tier>(root, len);
             for (std::size_t i = 0; i < len; ++i) dir[i] = lamb_direction<Decay>(mt[i], root[i], wt[i], k);
             std::size_t i = 0;
             for (; i + norm_lanes <= len; i += norm_lanes)
@@ -166,9 +168,9 @@ void lamb_moments(const float* __restrict w, const float* __restrict g, float* _
 }
 
 /// Pass 2 over [0, n): w = w - rate * r, with r recomputed from the stored m and v.
-template <bool Decay>
-void lamb_apply(float* __restrict w, const float* __restrict m, const float* __restrict v, std::size_t n,
-                const lamb_scalars& k, float rate) {
+template <hitch::isa Tier, bool Decay>
+HITCH_OPTIM_KERNEL void lamb_apply(float* __restrict w, const float* __restrict m, const float* __restrict v,
+                                   std::size_t n, const lamb_scalars& k, float rate) {
     HITCH_OPTIM_STRICT_FP_SCOPE
     alignas(64) float root[sqrt_tile];
     for (std::size_t base = 0; base < n; base += sqrt_tile) {
@@ -177,7 +179,7 @@ void lamb_apply(float* __restrict w, const float* __restrict m, const float* __r
         const float* __restrict mt = m + base;
         const float* __restrict vt = v + base;
         for (std::size_t i = 0; i < len; ++i) root[i] = vt[i] / k.bc2;
-        sqrt_in_place(root, len);
+        sqrt_in_place<Tier>(root, len);
         for (std::size_t i = 0; i < len; ++i) {
             const float r = lamb_direction<Decay>(mt[i], root[i], wt[i], k);
             const float u = rate * r;
@@ -216,10 +218,13 @@ void lamb::step(const layer& l, state_type<D>& s, float lr, const parallel_optio
     parallel_for(
         n,
         [&](std::size_t b, std::size_t e) {
-            if (decay)
-                detail::lamb_moments<true>(w, g, m, v, b, e, k, sw.data(), sr.data());
-            else
-                detail::lamb_moments<false>(w, g, m, v, b, e, k, sw.data(), sr.data());
+            detail::run_tiered([&](auto tier) HITCH_OPTIM_INLINE_LAMBDA {
+                constexpr hitch::isa T = decltype(tier)::value;
+                if (decay)
+                    detail::lamb_moments<T, true>(w, g, m, v, b, e, k, sw.data(), sr.data());
+                else
+                    detail::lamb_moments<T, false>(w, g, m, v, b, e, k, sw.data(), sr.data());
+            });
         },
         pass1);
     double sum_w = 0.0, sum_r = 0.0;
@@ -234,10 +239,13 @@ void lamb::step(const layer& l, state_type<D>& s, float lr, const parallel_optio
     parallel_for(
         n,
         [&](std::size_t b, std::size_t e) {
-            if (decay)
-                detail::lamb_apply<true>(w + b, m + b, v + b, e - b, k, rate);
-            else
-                detail::lamb_apply<false>(w + b, m + b, v + b, e - b, k, rate);
+            detail::run_tiered([&](auto tier) HITCH_OPTIM_INLINE_LAMBDA {
+                constexpr hitch::isa T = decltype(tier)::value;
+                if (decay)
+                    detail::lamb_apply<T, true>(w + b, m + b, v + b, e - b, k, rate);
+                else
+                    detail::lamb_apply<T, false>(w + b, m + b, v + b, e - b, k, rate);
+            });
         },
         exec);
     s.steps = t;

@@ -39,6 +39,7 @@
 #include "hitch/optim/adam.hpp"
 #include "hitch/optim/detail/checks.hpp"
 #include "hitch/optim/detail/norm.hpp"
+#include "hitch/optim/detail/tiers.hpp"
 #include "hitch/optim/momentum.hpp"
 #include "hitch/optim/sgd.hpp"
 
@@ -132,14 +133,16 @@ inline std::array<double, 2> sums_of_squares(const float* x, const float* y, std
     parallel_for(
         n,
         [&](std::size_t begin, std::size_t end) {
-            for (std::size_t b = begin; b < end; b += norm_block) {
-                std::array<double, norm_lanes> lx{}, ly{};
-                const std::size_t e = std::min(end, b + norm_block);
-                accumulate_squares(x, b, e, lx);
-                accumulate_squares(y, b, e, ly);
-                sx[b / norm_block] = combine_lanes(lx);
-                sy[b / norm_block] = combine_lanes(ly);
-            }
+            run_tiered([&](auto) HITCH_OPTIM_INLINE_LAMBDA {
+                for (std::size_t b = begin; b < end; b += norm_block) {
+                    std::array<double, norm_lanes> lx{}, ly{};
+                    const std::size_t e = std::min(end, b + norm_block);
+                    accumulate_squares(x, b, e, lx);
+                    accumulate_squares(y, b, e, ly);
+                    sx[b / norm_block] = combine_lanes(lx);
+                    sy[b / norm_block] = combine_lanes(ly);
+                }
+            });
         },
         o);
     std::array<double, 2> total{0.0, 0.0};

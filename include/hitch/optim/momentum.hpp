@@ -29,6 +29,7 @@
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/detail/checks.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
+#include "hitch/optim/detail/tiers.hpp"
 
 namespace hitch::optim {
 
@@ -97,9 +98,9 @@ private:
 HITCH_OPTIM_STRICT_FP_BEGIN
 namespace detail {
 
-template <bool Decay, bool First, bool Nesterov>
-void momentum_kernel(float* __restrict w, const float* __restrict g, float* __restrict b, std::size_t n, float lr,
-                     float wd, float s, float mu, float c) {
+template <hitch::isa Tier, bool Decay, bool First, bool Nesterov>
+HITCH_OPTIM_KERNEL void momentum_kernel(float* __restrict w, const float* __restrict g, float* __restrict b,
+                                        std::size_t n, float lr, float wd, float s, float mu, float c) {
     HITCH_OPTIM_STRICT_FP_SCOPE
     for (std::size_t i = 0; i < n; ++i) {
         float d = g[i];
@@ -128,13 +129,13 @@ void momentum_kernel(float* __restrict w, const float* __restrict g, float* __re
     }
 }
 
-template <bool Decay, bool First>
-void momentum_dispatch(bool nesterov, float* w, const float* g, float* b, std::size_t n, float lr, float wd, float s,
-                       float mu, float c) {
+template <hitch::isa Tier, bool Decay, bool First>
+HITCH_OPTIM_KERNEL void momentum_dispatch(bool nesterov, float* w, const float* g, float* b, std::size_t n, float lr,
+                                          float wd, float s, float mu, float c) {
     if (nesterov)
-        momentum_kernel<Decay, First, true>(w, g, b, n, lr, wd, s, mu, c);
+        momentum_kernel<Tier, Decay, First, true>(w, g, b, n, lr, wd, s, mu, c);
     else
-        momentum_kernel<Decay, First, false>(w, g, b, n, lr, wd, s, mu, c);
+        momentum_kernel<Tier, Decay, First, false>(w, g, b, n, lr, wd, s, mu, c);
 }
 
 }  // namespace detail
@@ -155,19 +156,24 @@ void momentum::apply(const layer& l, state_type<D>& s, float lr, float weight_de
         l.size(),
         [&](std::size_t i, std::size_t e) {
             const std::size_t n = e - i;
-            if (weight_decay != 0.0f) {
-                if (first)
-                    detail::momentum_dispatch<true, true>(nesterov, w + i, g + i, b + i, n, lr, weight_decay, scale, mu,
-                                                          c);
-                else
-                    detail::momentum_dispatch<true, false>(nesterov, w + i, g + i, b + i, n, lr, weight_decay, scale,
-                                                           mu, c);
-            } else {
-                if (first)
-                    detail::momentum_dispatch<false, true>(nesterov, w + i, g + i, b + i, n, lr, 0.0f, scale, mu, c);
-                else
-                    detail::momentum_dispatch<false, false>(nesterov, w + i, g + i, b + i, n, lr, 0.0f, scale, mu, c);
-            }
+            detail::run_tiered([&](auto tier) HITCH_OPTIM_INLINE_LAMBDA {
+                constexpr hitch::isa T = decltype(tier)::value;
+                if (weight_decay != 0.0f) {
+                    if (first)
+                        detail::momentum_dispatch<T, true, true>(nesterov, w + i, g + i, b + i, n, lr, weight_decay,
+                                                                 scale, mu, c);
+                    else
+                        detail::momentum_dispatch<T, true, false>(nesterov, w + i, g + i, b + i, n, lr, weight_decay,
+                                                                  scale, mu, c);
+                } else {
+                    if (first)
+                        detail::momentum_dispatch<T, false, true>(nesterov, w + i, g + i, b + i, n, lr, 0.0f, scale, mu,
+                                                                  c);
+                    else
+                        detail::momentum_dispatch<T, false, false>(nesterov, w + i, g + i, b + i, n, lr, 0.0f, scale,
+                                                                   mu, c);
+                }
+            });
         },
         exec);
     ++s.steps;

@@ -22,6 +22,7 @@
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/detail/checks.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
+#include "hitch/optim/detail/tiers.hpp"
 
 namespace hitch::optim {
 
@@ -76,8 +77,9 @@ private:
 HITCH_OPTIM_STRICT_FP_BEGIN
 namespace detail {
 
-template <bool Decay>
-void sgd_kernel(float* __restrict w, const float* __restrict g, std::size_t n, float lr, float wd, float s) {
+template <hitch::isa Tier, bool Decay>
+HITCH_OPTIM_KERNEL void sgd_kernel(float* __restrict w, const float* __restrict g, std::size_t n, float lr, float wd,
+                                   float s) {
     HITCH_OPTIM_STRICT_FP_SCOPE
     for (std::size_t i = 0; i < n; ++i) {
         float d = g[i];
@@ -103,10 +105,13 @@ void sgd::apply(const layer& l, state_type<D>& s, float lr, float weight_decay, 
     parallel_for(
         l.size(),
         [&](std::size_t b, std::size_t e) {
-            if (weight_decay != 0.0f)
-                detail::sgd_kernel<true>(w + b, g + b, e - b, lr, weight_decay, scale);
-            else
-                detail::sgd_kernel<false>(w + b, g + b, e - b, lr, weight_decay, scale);
+            detail::run_tiered([&](auto tier) HITCH_OPTIM_INLINE_LAMBDA {
+                constexpr hitch::isa T = decltype(tier)::value;
+                if (weight_decay != 0.0f)
+                    detail::sgd_kernel<T, true>(w + b, g + b, e - b, lr, weight_decay, scale);
+                else
+                    detail::sgd_kernel<T, false>(w + b, g + b, e - b, lr, weight_decay, scale);
+            });
         },
         exec);
     ++s.steps;

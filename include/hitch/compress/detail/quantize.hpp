@@ -12,6 +12,7 @@
 #include "hitch/compress/detail/thinning.hpp"
 #include "hitch/compress/detail/x86/stochastic_round_avx2.hpp"
 #include "hitch/compress/detail/x86/stochastic_round_avx512.hpp"
+#include "hitch/compress/detail/x86/thinning_avx2.hpp"
 #include "hitch/compress/detail/x86/thinning_avx512.hpp"
 
 namespace hitch::compress::detail {
@@ -41,7 +42,10 @@ HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, fl
                                    return;
                                }
                                if (tier == isa::avx2) {
-                                   quantize_avx2<EF, Clip>(gp, rp, op, len, first, rng, q, cp);
+                                   if (q.levels == 1)
+                                       quantize_avx2<EF, Clip, true>(gp, rp, op, len, first, rng, q, cp);
+                                   else
+                                       quantize_avx2<EF, Clip, false>(gp, rp, op, len, first, rng, q, cp);
                                    return;
                                }
                            }
@@ -59,6 +63,10 @@ HITCH_COMPRESS_ALWAYS_INLINE void thin(std::byte* codes, std::size_t n, std::siz
 #if HITCH_COMPRESS_X86
                            if (tier == isa::avx512) {
                                thin_avx512(codes + done / 4, len, first, rng, threshold);
+                               return;
+                           }
+                           if (tier == isa::avx2) {
+                               thin_avx2(codes + done / 4, len, first, rng, threshold);
                                return;
                            }
 #endif

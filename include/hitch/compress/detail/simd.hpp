@@ -9,25 +9,19 @@
 //
 // A kernel that should be vectorised twice is an always-inline function called from such a lambda: GCC and Clang
 // inline a baseline function into an AVX2 one (its features are a subset) and vectorise it with 256-bit registers.
-// Intrinsics that need F16C/AVX2 live in functions marked HITCH_TARGET_AVX2 and are called only after the check.
+// Intrinsics that need F16C/AVX2 live in functions marked HITCH_TARGET_AVX2 (core/isa.hpp) and are called only
+// after the check. hitch::set_isa_limit caps the tier for the whole process (a benchmark measuring one tier).
 
 #include <atomic>
 #include <cstdint>
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#include "hitch/core/isa.hpp"
+
+#if HITCH_ISA_X86
 #define HITCH_COMPRESS_X86 1
-#include <cpuid.h>
 #include <immintrin.h>
-#define HITCH_TARGET_AVX2 __attribute__((target("avx2,f16c,bmi,bmi2,popcnt")))
-#define HITCH_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt")))
-/// Pieces of an intrinsics kernel, inlined into the kernel that calls them (which has the same target).
-#define HITCH_TARGET_AVX2_INLINE __attribute__((target("avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline
-#define HITCH_TARGET_AVX512_INLINE \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,bmi,bmi2,popcnt"), always_inline)) inline
 #else
 #define HITCH_COMPRESS_X86 0
-#define HITCH_TARGET_AVX2
-#define HITCH_TARGET_AVX512
 #endif
 
 // GCC 12 warns, wrongly, that AVX-512 intrinsics' pass-through operands may be uninitialised: kernels using them
@@ -60,52 +54,29 @@
 
 namespace hitch::compress::detail {
 
-/// Tests switch the wide paths off to compare them with the baseline ones; nothing else should touch them.
+/// Tests switch the wide paths off to compare them with the baseline ones; nothing else should touch them (a
+/// program pins a tier with hitch::set_isa_limit, core/isa.hpp).
 inline std::atomic<bool> wide_paths_enabled{true};
 /// Likewise for the AVX-512 tier alone (the AVX2 kernels stay on).
 inline std::atomic<bool> avx512_paths_enabled{true};
 
-/// The instruction sets the kernels are built for.
+/// The instruction sets the kernels are built for (hitch::isa under the names the codecs have always used).
 enum class isa : std::uint8_t { baseline = 0, avx2 = 1, avx512 = 2 };
 
 #if HITCH_COMPRESS_X86
-[[nodiscard]] inline bool cpu_has_avx2_set() noexcept {
-    static const bool has = [] {
-        __builtin_cpu_init();
-        // F16C is CPUID leaf 1, ECX bit 29 (not every compiler's __builtin_cpu_supports knows its name).
-        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-        const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && ((ecx >> 29) & 1u) != 0;
-        return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
-               __builtin_cpu_supports("popcnt");
-    }();
-    return has;
-}
-[[nodiscard]] inline bool cpu_has_avx512_set() noexcept {
-    static const bool has = [] {
-        __builtin_cpu_init();
-        return cpu_has_avx2_set() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    }();
-    return has;
-}
+using hitch::detail::cpu_has_avx2_set;
+using hitch::detail::cpu_has_avx512_set;
 #endif
 
 /// True when the AVX2 versions of the kernels may run.
 [[nodiscard]] inline bool use_wide() noexcept {
-#if HITCH_COMPRESS_X86
-    return cpu_has_avx2_set() && wide_paths_enabled.load(std::memory_order_relaxed);
-#else
-    return false;
-#endif
+    return hitch::active_isa() >= hitch::isa::avx2 && wide_paths_enabled.load(std::memory_order_relaxed);
 }
 
 /// True when the AVX-512 (F, BW, VL, DQ) builds of the generic kernels may run.
 [[nodiscard]] inline bool use_avx512() noexcept {
-#if HITCH_COMPRESS_X86
-    return use_wide() && cpu_has_avx512_set() && avx512_paths_enabled.load(std::memory_order_relaxed);
-#else
-    return false;
-#endif
+    return use_wide() && hitch::active_isa() >= hitch::isa::avx512 &&
+           avx512_paths_enabled.load(std::memory_order_relaxed);
 }
 
 /// The widest tier allowed now.
@@ -115,28 +86,16 @@ enum class isa : std::uint8_t { baseline = 0, avx2 = 1, avx512 = 2 };
     return isa::baseline;
 }
 
-HITCH_COMPRESS_STRICT_FP_BEGIN
-#if HITCH_COMPRESS_X86
-template <class F>
-HITCH_TARGET_AVX2 decltype(auto) run_avx2(F&& f) {
-    return f();
-}
-template <class F>
-HITCH_TARGET_AVX512 decltype(auto) run_avx512(F&& f) {
-    return f();
-}
-#endif
-
-/// Runs f() compiled for AVX-512 or AVX2 when the processor has them, else the baseline build of f. The generic
-/// kernels compute the same bits in every build (no FMA contraction is enabled by the targets).
+/// Runs f() compiled for AVX-512 or AVX2 when the processor has them and the limit allows (core/isa.hpp), else the
+/// baseline build of f. The generic kernels compute the same bits in every build (no FMA contraction is enabled by
+/// the targets).
 template <class F>
 decltype(auto) run_wide(F&& f) {
 #if HITCH_COMPRESS_X86
-    if (use_avx512()) return run_avx512(f);
-    if (use_wide()) return run_avx2(f);
+    if (use_avx512()) return hitch::detail::run_avx512(f);
+    if (use_wide()) return hitch::detail::run_avx2(f);
 #endif
     return f();
 }
-HITCH_COMPRESS_STRICT_FP_END
 
 }  // namespace hitch::compress::detail

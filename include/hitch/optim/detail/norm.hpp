@@ -15,6 +15,7 @@
 
 #include "hitch/core/parallel.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
+#include "hitch/optim/detail/tiers.hpp"
 
 namespace hitch::optim::detail {
 
@@ -22,7 +23,7 @@ inline constexpr std::size_t norm_block = 4096;
 inline constexpr std::size_t norm_lanes = 16;
 
 /// Combines the 16 lane sums in the fixed pairwise order above.
-[[nodiscard]] inline double combine_lanes(const std::array<double, norm_lanes>& lane) noexcept {
+[[nodiscard]] HITCH_OPTIM_KERNEL double combine_lanes(const std::array<double, norm_lanes>& lane) noexcept {
     std::array<double, norm_lanes> a = lane;
     for (std::size_t width = norm_lanes / 2; width >= 1; width /= 2)
         for (std::size_t j = 0; j < width; ++j) a[j] = a[2 * j] + a[2 * j + 1];
@@ -30,8 +31,8 @@ inline constexpr std::size_t norm_lanes = 16;
 }
 
 /// Adds x[i]^2 (in double) to lane (i - begin) % 16 for i in [begin, end); begin is a block start.
-inline void accumulate_squares(const float* x, std::size_t begin, std::size_t end,
-                               std::array<double, norm_lanes>& lane) noexcept {
+HITCH_OPTIM_KERNEL void accumulate_squares(const float* x, std::size_t begin, std::size_t end,
+                                           std::array<double, norm_lanes>& lane) noexcept {
     std::size_t i = begin;
     for (; i + norm_lanes <= end; i += norm_lanes)
         for (std::size_t j = 0; j < norm_lanes; ++j) {
@@ -53,11 +54,13 @@ inline void accumulate_squares(const float* x, std::size_t begin, std::size_t en
     parallel_for(
         n,
         [&](std::size_t begin, std::size_t end) {
-            for (std::size_t b = begin; b < end; b += norm_block) {
-                std::array<double, norm_lanes> lane{};
-                accumulate_squares(x, b, std::min(end, b + norm_block), lane);
-                block_sum[b / norm_block] = combine_lanes(lane);
-            }
+            run_tiered([&](auto) HITCH_OPTIM_INLINE_LAMBDA {
+                for (std::size_t b = begin; b < end; b += norm_block) {
+                    std::array<double, norm_lanes> lane{};
+                    accumulate_squares(x, b, std::min(end, b + norm_block), lane);
+                    block_sum[b / norm_block] = combine_lanes(lane);
+                }
+            });
         },
         o);
     double total = 0.0;
