@@ -65,11 +65,13 @@ public:
                          [&](int a, int b) { return predicted_[at(a)] < predicted_[at(b)]; });
     }
 
-    /// The candidate this call runs: a first try while any is left, else a runner-up when the credit pays for it,
-    /// else the current pick.
+    /// The candidate this call runs: the model's pick first, then a first try while any is left, else a
+    /// runner-up when the credit pays for it, else the current pick.
     [[nodiscard]] step plan(const rerank_settings& s) {
         int pick = current_;
-        if (next_try_ < first_tries_.size()) {
+        if (!started_) {
+            started_ = true;
+        } else if (next_try_ < first_tries_.size()) {
             pick = first_tries_[next_try_++];
         } else if (s.explore_fraction > 0) {
             credit_ += s.explore_fraction * estimate_[at(current_)];
@@ -162,6 +164,7 @@ private:
     std::array<std::vector<double>, candidates> window_;
     std::vector<int> first_tries_;
     std::size_t next_try_ = 0;
+    bool started_ = false;
     int current_ = 0;
     int last_ = 0;
     int cursor_ = 0;
