@@ -177,7 +177,7 @@ public:
     template <communicator C, floating_element T>
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
         if (t.size() <= 1) return;
-        pick_plan plan = look_up(t, data.size_bytes(), true);
+        pick_plan plan = look_up(t.state(), t.size(), data.size_bytes(), true);
         if (plan.pick < 0) return calibrate_and_run(t, data, op);
         if (plan.online == nullptr) return run_candidate(plan.pick, t, data, op);
         run_reranked(t, data, op, plan);
@@ -220,7 +220,7 @@ public:
     /// take different schedules over time (the same on every rank in each call).
     template <communicator C>
     [[nodiscard]] std::string_view chosen(transport<C>& t, std::size_t n_bytes) const {
-        const int pick = look_up(t, n_bytes, false).pick;
+        const int pick = look_up(t.state(), t.size(), n_bytes, false).pick;
         return pick < 0 ? std::string_view{} : candidate_names[static_cast<std::size_t>(pick)];
     }
 
@@ -228,7 +228,13 @@ public:
     /// nothing before the first re-ranked call of that size. For reports and tests.
     template <communicator C>
     [[nodiscard]] std::optional<detail::online_ranking::standing> ranking(transport<C>& t, std::size_t n_bytes) const {
-        return look_up(t, n_bytes, false).standing;
+        return ranking(t.state(), t.size(), n_bytes);
+    }
+    /// The same, asked of a group's state (group::state()) and size, outside any call.
+    template <communicator C>
+    [[nodiscard]] std::optional<detail::online_ranking::standing> ranking(shared_state<C>& state, int p,
+                                                                          std::size_t n_bytes) const {
+        return look_up(state, p, n_bytes, false).standing;
     }
 
 private:
@@ -312,12 +318,11 @@ private:
     /// state and a scan of the remembered choices (where its online ranking also plans its step); pick -1 when
     /// this call must measure first (nothing measured yet, or the call is larger than the probes so far).
     template <communicator C>
-    [[nodiscard]] pick_plan look_up(transport<C>& t, std::size_t n_bytes, bool planning) const {
+    [[nodiscard]] pick_plan look_up(shared_state<C>& state, int p, std::size_t n_bytes, bool planning) const {
         if constexpr (exposes_native_handle<C>)
             static_assert(has_native_allreduce<C>::value,
                           "hitch::allreduce::automatic on a communicator with a native handle (comm::mpi) also weighs "
                           "its native all-reduce: #include \"hitch/allreduce/native.hpp\" (and link hitch::mpi)");
-        auto& state = t.state();
         if (record_->pending.load(std::memory_order_acquire)) install_loaded(state);
         cost_constants k;
         std::shared_ptr<automatic_profile> profile;
@@ -337,7 +342,7 @@ private:
             }
             if (auto memo = state.slots.find(detail::automatic_decisions_slot)) {
                 if (auto* const d =
-                        static_cast<memo_type*>(memo.get())->find(options_, t.size(), n_bytes, k, measured.get())) {
+                        static_cast<memo_type*>(memo.get())->find(options_, p, n_bytes, k, measured.get())) {
                     if (!record_->known.load(std::memory_order_acquire)) record_->note(k, profile);
                     return settle(*d, std::move(memo), planning);
                 }
@@ -345,21 +350,21 @@ private:
         }
         if (!options_.constants && !profile) profile = measured_profile(state);
         record_->note(k, profile);
-        return remembered_choice(t, n_bytes, k, options_.constants ? nullptr : profile.get(), planning);
+        return remembered_choice(state, p, n_bytes, k, options_.constants ? nullptr : profile.get(), planning);
     }
 
     /// The pick of a call whose size is not remembered yet: weighed now, and remembered (with a new online
     /// ranking when automatic re-ranks) when a call is about to run it.
     template <communicator C>
-    [[nodiscard]] pick_plan remembered_choice(transport<C>& t, std::size_t n_bytes, const cost_constants& k,
-                                              const automatic_profile* profile, bool planning) const {
-        const int p = t.size();
-        auto slot = t.state().slots.get_or_make(
+    [[nodiscard]] pick_plan remembered_choice(shared_state<C>& state, int p, std::size_t n_bytes,
+                                              const cost_constants& k, const automatic_profile* profile,
+                                              bool planning) const {
+        auto slot = state.slots.get_or_make(
             detail::automatic_decisions_slot,
             []() -> std::shared_ptr<detail::decision_memo_slot> { return std::make_shared<memo_type>(); });
         auto* const memo = static_cast<memo_type*>(slot.get());
         {
-            std::lock_guard lock(t.state().m);
+            std::lock_guard lock(state.m);
             if (auto* const d = memo->find(options_, p, n_bytes, k, profile)) return settle(*d, slot, planning);
         }
         const int pick = choose_index(p, n_bytes, k, profile);
@@ -371,7 +376,7 @@ private:
         std::unique_ptr<detail::online_ranking> online;
         if (options_.rerank)
             online = std::make_unique<detail::online_ranking>(predicted_times<C>(p, n_bytes, k, profile), pick);
-        std::lock_guard lock(t.state().m);
+        std::lock_guard lock(state.m);
         detail::decision<options_type>& d = memo->remember({options_, p, n_bytes, k, profile, pick, std::move(online)});
         return settle(d, std::move(slot), planning);
     }
@@ -391,7 +396,7 @@ private:
                 detail::concat(e.what(), " (calibration_timeout_s = ", options_.calibration_timeout_s, " s)"),
                 e.waited());
         }
-        const int pick = look_up(t, data.size_bytes(), false).pick;
+        const int pick = look_up(t.state(), t.size(), data.size_bytes(), false).pick;
         if (pick < 0) throw config_error("hitch::allreduce::automatic: calibration left nothing to decide with");
         detail::reserved_call(t, detail::after_calibration_slot, caller,
                               [&](transport<C>& call) { run_candidate(pick, call, data, op); });

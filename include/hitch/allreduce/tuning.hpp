@@ -91,9 +91,11 @@ inline constexpr int rerank_window_samples = 32;
 /// Weight of a window's agreed median in a candidate's estimate (an exponential moving average): a lasting change
 /// of speed shows within two or three windows, one slow window moves the estimate half way.
 inline constexpr double rerank_estimate_weight = 0.5;
-/// The first calls of a size try once each the runners-up predicted within this factor of the pick: issue 16's
-/// busy host made the profile's pick 1.3-1.35x slower than the fastest.
-inline constexpr double rerank_first_try_ratio = 1.5;
+/// The first calls of a size try once each the runners-up predicted within this factor of the pick. Issue 16's busy
+/// host made the profile's pick 1.3-1.35x slower than the fastest, and on dev-2c under a load average of 3.5 (other
+/// builds) MPI_Allreduce, predicted 2-4x slower than hitch's schedules at 4-64 MiB from a quiet profile, ran 1.1-2x
+/// faster than them: 4x covers every candidate but the slowest at a size, once per size.
+inline constexpr double rerank_first_try_ratio = 4.0;
 /// An exploration is charged at least this share of the current pick's estimate, so runners-up estimated as fast as
 /// the pick (within the switch margin) are not run in turn every call.
 inline constexpr double rerank_min_explore_share = 0.5;

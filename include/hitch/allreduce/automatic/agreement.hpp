@@ -42,8 +42,8 @@ template <class C>
 }
 
 /// What a rank brings to a review of a call size's online ranking (allreduce/automatic/rerank.hpp): the median of
-/// its own times of each candidate since the last review (0: not run), and how long its last review's all-gather
-/// took. No padding: ranks send it as bytes.
+/// its own times of each candidate since the last review (0: not run), and how long its fastest review's
+/// all-gather took. No padding: ranks send it as bytes.
 struct review_summary {
     std::array<double, automatic_profile::candidates> median{};
     double agreement_s = 0;

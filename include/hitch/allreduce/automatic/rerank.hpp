@@ -107,12 +107,13 @@ public:
             std::nth_element(w.begin(), mid, w.end());
             s.median[c] = std::max(*mid, 1e-12);  // 0 means "not run"
         }
-        s.agreement_s = last_agreement_s_;
+        s.agreement_s = fastest_agreement_s_;
         return s;
     }
 
     /// Folds the agreed summary into the estimates and picks the best; `my_agreement_s` is how long this rank's
-    /// all-gather of it took (reported at the next review).
+    /// all-gather of it took. The fastest of those so far is what a review costs: a slower one waited for a rank
+    /// still in its all-reduce, or was preempted, and that time is not the review's (the next call would wait it).
     void review(const review_summary& agreed, const rerank_settings& s, double my_agreement_s) {
         for (int c = 0; c < candidates; ++c) {
             const double m = agreed.median[at(c)];
@@ -136,7 +137,8 @@ public:
         review_every_ = static_cast<int>(std::clamp(calls, 1.0, static_cast<double>(s.max_review_calls)));
         calls_in_window_ = 0;
         for (auto& w : window_) w.clear();
-        last_agreement_s_ = my_agreement_s;
+        fastest_agreement_s_ =
+            fastest_agreement_s_ > 0 ? std::min(fastest_agreement_s_, my_agreement_s) : my_agreement_s;
     }
 
     /// The candidate the last call ran.
@@ -171,7 +173,7 @@ private:
     double credit_ = 0;
     int calls_in_window_ = 0;
     int review_every_ = 1;
-    double last_agreement_s_ = 0;
+    double fastest_agreement_s_ = 0;  // this rank's fastest review so far (0: none yet)
 };
 
 }  // namespace hitch::allreduce::detail
