@@ -296,9 +296,9 @@ int candidate_index(std::string_view name) {
 /// other schedule costs other_s throughout (charged time, far above a loaded host's noise).
 struct scenario {
     automatic::options_type options;
-    int calls_before = 300;  // marked fast
+    int calls_before = 500;  // marked fast
     int calls_slow = 300;    // marked slow
-    int calls_after = 800;   // marked fast again (it came back after ~440 on dev-2c)
+    int calls_after = 800;   // marked fast again (it came back after ~330 on dev-2c)
     double fast_s = 0.2;
     double other_s = 0.4;
     double slow_s = 4.0;
@@ -423,19 +423,20 @@ TEST_CASE("automatic re-ranks online: it leaves a schedule that turns slow withi
     const int before_tail = 200;
     CHECK(count_marked(r0, b - before_tail, b) >= before_tail * 85 / 100);
 
-    // Slow: the first call charged 4 s ends its window after at most max_review_calls calls; its review moves the
-    // pick away at once (the estimate goes half way to 4 s, ten times the others').
+    // Slow: each window of at most max_review_calls calls raises the estimate 1.5x at most (a window counts as at
+    // most twice the estimate: preemption only adds time), so 0.2 s passes the others' 0.4 s at the second review.
     int left = -1;
     for (int i = b; i < b + sc.calls_slow && left < 0; ++i)
         if (!marked(i)) left = i - b;
     INFO("left the slow schedule after " << left << " calls");
     CHECK(left >= 0);
-    CHECK(left <= sc.options.max_review_calls);
-    // While slow, it runs only as an exploration paid from the budget: each costs at least the 2.1 - 0.4 s it is
-    // estimated slower after its first slow window, and a call earns 0.1 x 0.4 s: at most 8 in 300 calls.
+    CHECK(left <= 2 * sc.options.max_review_calls);
+    // While slow, it runs only as an exploration paid from the budget: 300 calls earn 0.1 x 0.4 s each, 12 s, and
+    // each run costs its estimate's excess over the pick's (at least half a call), which grows 1.5x per run: at
+    // most 15 runs (9 on dev-2c).
     const int s = b + sc.calls_slow;
-    const int settled = b + sc.options.max_review_calls + 1;
-    CHECK(count_marked(r0, settled, s) <= 8);
+    const int settled = b + 2 * sc.options.max_review_calls + 1;
+    CHECK(count_marked(r0, settled, s) <= 15);
     for (int i = settled; i < s; ++i) CHECK(!marked(i));
 
     // After: explorations find it fast again and it becomes the pick once more.

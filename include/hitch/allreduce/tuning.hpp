@@ -91,6 +91,11 @@ inline constexpr int rerank_window_samples = 32;
 /// Weight of a window's agreed median in a candidate's estimate (an exponential moving average): a lasting change
 /// of speed shows within two or three windows, one slow window moves the estimate half way.
 inline constexpr double rerank_estimate_weight = 0.5;
+/// A window's median counts as at most this many times a candidate's estimate (before the average): with the
+/// weight above an estimate rises at most 1.5x per window. On dev-2c under other builds' load, single calls of
+/// 16 KiB-1 MiB took 50-200x their usual time (a rank preempted for a time slice), and one such sample had made a
+/// candidate look too slow to try again for thousands of calls.
+inline constexpr double rerank_max_rise = 2.0;
 /// The first calls of a size try once each the runners-up predicted within this factor of the pick. Issue 16's busy
 /// host made the profile's pick 1.3-1.35x slower than the fastest, and on dev-2c under a load average of 3.5 (other
 /// builds) MPI_Allreduce, predicted 2-4x slower than hitch's schedules at 4-64 MiB from a quiet profile, ran 1.1-2x

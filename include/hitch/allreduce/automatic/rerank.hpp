@@ -116,9 +116,13 @@ public:
     /// still in its all-reduce, or was preempted, and that time is not the review's (the next call would wait it).
     void review(const review_summary& agreed, const rerank_settings& s, double my_agreement_s) {
         for (int c = 0; c < candidates; ++c) {
-            const double m = agreed.median[at(c)];
+            double m = agreed.median[at(c)];
             if (m <= 0 || !available(c)) continue;
             double& e = estimate_[at(c)];
+            // Preemption only ever adds time: a window far slower than the estimate counts as at most
+            // rerank_max_rise times it, so one preempted sample cannot bury a candidate; a lasting slowdown still
+            // shows within a few windows, and a faster window counts in full.
+            if (e > 0) m = std::min(m, tuning::rerank_max_rise * e);
             e = measured_[at(c)] ? e + tuning::rerank_estimate_weight * (m - e) : m;
             measured_[at(c)] = true;
         }
