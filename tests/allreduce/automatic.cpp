@@ -496,3 +496,28 @@ TEST_CASE("automatic's re-ranking options are validated, naming the field", "[al
     CHECK(automatic().options().rerank);
     CHECK(automatic().options().explore_fraction == tuning::rerank_explore_fraction);
 }
+
+TEST_CASE("automatic's online rankings go with the group's decisions: set_constants and load_state drop them",
+          "[allreduce][automatic][rerank]") {
+    const auto dropped = run_local(2, [](local& c) {
+        group g(c);
+        const automatic a;
+        std::vector<float> v(5000, 1.0f);
+        const std::size_t n = v.size() * sizeof(float);
+        for (int call = 0; call < 20; ++call) allreduce(g, hitch::view(v), reduce_op::sum, a);
+        expect(all_equal(v, static_cast<float>(1 << 20)), "results");
+        expect(a.ranking(g.state(), g.size(), n).has_value(), "a re-ranked size has a ranking");
+        const std::vector<std::byte> blob = saved(a);
+        g.set_constants(*g.constants());
+        const bool after_constants = !a.ranking(g.state(), g.size(), n).has_value();
+        allreduce(g, hitch::view(v), reduce_op::sum, a);
+        expect(a.ranking(g.state(), g.size(), n).has_value(), "the next call starts a new ranking");
+        automatic b;
+        b.load_state(blob);
+        allreduce(g, hitch::view(v), reduce_op::sum, b);  // installs the loaded decisions: a new ranking
+        const auto r = b.ranking(g.state(), g.size(), n);
+        return after_constants && r.has_value() && r->current == r->last;  // its first call ran the model's pick
+    });
+    CHECK(dropped[0]);
+    CHECK(dropped[1]);
+}
