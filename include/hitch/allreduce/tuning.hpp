@@ -74,7 +74,8 @@ inline constexpr std::size_t decision_memo_capacity = 64;
 
 /// Default share of the calls' time spent running runners-up. Issue 16: on a busy dev-2c the profile's pick ran
 /// at 0.74-0.77 of the fastest schedule at 16 and 64 MiB, so a runner-up can be a third faster than the pick; 3%
-/// keeps the cost of looking far below that gain and still tries a runner-up 30% slower every ~10 calls.
+/// keeps the cost of looking far below that gain and still tries a runner-up 30% slower every ~17 calls (an
+/// exploration is charged at least half a call: rerank_min_explore_share).
 inline constexpr double rerank_explore_fraction = 0.03;
 /// A runner-up replaces the current pick when its estimate is below (1 - margin) x the current's: closer than 5%,
 /// two schedules are within the noise of a window's median on dev-2c, and switching would only flap.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "hitch/allreduce/automatic/profile.hpp"
@@ -48,6 +49,9 @@ struct review_summary {
     std::array<double, automatic_profile::candidates> median{};
     double agreement_s = 0;
 };
+static_assert(std::is_trivially_copyable_v<review_summary> &&
+                  sizeof(review_summary) == sizeof(double) * (automatic_profile::candidates + 1),
+              "review_summary is sent as bytes: it must have no padding");
 
 /// Every rank's review summary, reduced to the maximum of each field: the slowest rank bounds a collective.
 template <class C>
