@@ -107,7 +107,7 @@ public:
         /// in [0, 1).
         double switch_margin = tuning::rerank_switch_margin;
         /// The most calls of a size between two reviews (each one all-gather of 64 bytes), in [1, 2^20]; fewer
-        /// where the calls are long enough that a review costs under 1% of their time.
+        /// where the calls are long enough that a review costs under 0.5% of their time.
         int max_review_calls = tuning::rerank_max_review_calls;
 
         void validate() const {

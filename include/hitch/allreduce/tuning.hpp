@@ -73,10 +73,11 @@ inline constexpr std::size_t decision_memo_capacity = 64;
 // ---- automatic: online re-ranking (allreduce/automatic/rerank.hpp) -----------------------------------------
 
 /// Default share of the calls' time spent running runners-up. Issue 16: on a busy dev-2c the profile's pick ran
-/// at 0.74-0.77 of the fastest schedule at 16 and 64 MiB, so a runner-up can be a third faster than the pick; 3%
-/// keeps the cost of looking far below that gain and still tries a runner-up 30% slower every ~17 calls (an
-/// exploration is charged at least half a call: rerank_min_explore_share).
-inline constexpr double rerank_explore_fraction = 0.03;
+/// at 0.74-0.77 of the fastest schedule at 16 and 64 MiB, so a runner-up can be a third faster than the pick. At
+/// 2-3% automatic ran 5-10% slower than without exploring at 4 KiB over comm::mpi under a light load (a switch of
+/// schedule also costs the next calls their warm pipes and scratch); 1% still tries a runner-up 30% slower every
+/// ~50 calls (an exploration is charged at least half a call: rerank_min_explore_share).
+inline constexpr double rerank_explore_fraction = 0.01;
 /// A runner-up replaces the current pick when its estimate is below (1 - margin) x the current's: closer than 5%,
 /// two schedules are within the noise of a window's median on dev-2c, and switching would only flap.
 inline constexpr double rerank_switch_margin = 0.05;
@@ -84,8 +85,11 @@ inline constexpr double rerank_switch_margin = 0.05;
 /// dev-2c), as long as a 4 KiB all-reduce, so small calls are reviewed in windows of up to 256 (under 2% of their
 /// time); calls of 1 MiB and more are long enough to be reviewed after every one or few.
 inline constexpr int rerank_max_review_calls = 256;
-/// A review may cost at most this share of the time of the calls it reviews (it sets the window's length).
-inline constexpr double rerank_review_overhead = 0.01;
+/// A review may cost at most this share of the time of the calls it reviews (it sets the window's length), counted
+/// with the fastest review so far: a typical one takes 3-4x as long on a quiet host (2-3 us against 0.7 us for 2
+/// ranks over comm::mpi on dev-2c), and under load 100x. At 1% automatic ran at 0.84 of recursive doubling at 4 KiB
+/// (windows of 74 calls); at 0.2% windows of 1 MiB calls grew to 256 calls under load.
+inline constexpr double rerank_review_overhead = 0.005;
 /// Calls of the current pick timed per window: every one in windows this short, a sample of this many in longer
 /// ones (a 4 KiB all-reduce over comm::mpi takes ~0.95 us on dev-2c, and reading the clock twice ~40 ns).
 inline constexpr int rerank_window_samples = 32;
