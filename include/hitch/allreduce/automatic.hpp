@@ -28,16 +28,11 @@
 // constants and the pure model (the same on every rank). save_state() and load_state() carry the decisions
 // across a checkpoint: after load_state(), the same calls pick the same schedules without measuring.
 //
-// The model's pick is where each call size starts. Then (options_type::rerank, on by default) the candidates are
-// re-ranked online from the measured times of automatic's own calls (rerank.hpp): per size, an estimate of each
-// candidate's time; most calls run the best, runners-up run on a bounded budget of time (explore_fraction), and
-// a runner-up whose estimate falls below the current pick's by switch_margin takes over. Ranks stay in step
-// because every call's candidate follows from agreed data: each rank times its own runs, and at the end of each
-// window of calls of a size (at most max_review_calls) one all-gather folds every rank's window medians (the
-// maximum over ranks); every rank updates the estimates from that same summary, and the call's index among the
-// calls of its size is the same on every rank. The online estimates describe the host's speed at the time, so
-// they are not part of save_state(): a resumed run starts again from the loaded profile's picks and re-learns
-// them (set rerank = false where a resume must repeat its schedules, and so its sums, bit for bit).
+// The model's pick is where each call size starts: with options_type::rerank (the default) the candidates are then
+// re-ranked online from the measured times of automatic's own calls, every rank running the same candidate in every
+// call because each follows from agreed window summaries and the call's index among the calls of its size
+// (rerank.hpp says how). The online estimates describe the host's speed at the time and are not in save_state():
+// set rerank = false where a resume must repeat its schedules, and so its sums, bit for bit.
 
 #include <chrono>
 #include <cstddef>
