@@ -24,7 +24,7 @@
 // --json prints one object per line:
 //   {"bench":"allreduce","comm":"mpi","impl":"ring","ranks":2,"bytes":67108864,"median_us":...,"algbw_GBs":...}
 // impl is a schedule's name, mpi_allreduce, gloo_ring_chunked, gloo_halving_doubling or bound. Ratios, the check's
-// cost and the machine go to stderr in that mode, to stdout otherwise.
+// cost, automatic's online ranking at each size and the machine go to stderr in that mode, to stdout otherwise.
 
 #include <mpi.h>
 
@@ -337,6 +337,22 @@ void automatic_picks(const world& w, const settings& s, ar::group<C>& g, std::FI
     std::fprintf(notes, "\n");
 }
 
+/// Where automatic's online ranking of this size stands after the runs: the pick most calls take, and the agreed
+/// estimate of each candidate (us), the pick first.
+template <class C>
+void automatic_ranking(const world& w, ar::group<C>& g, std::size_t bytes, std::FILE* notes) {
+    if (w.rank != 0) return;
+    const auto r = ar::automatic{}.ranking(g.state(), g.size(), bytes);
+    if (!r) return;
+    std::fprintf(notes, "  automatic's ranking at %zu B: %s;", bytes,
+                 std::string(ar::automatic::candidate_names[static_cast<std::size_t>(r->current)]).c_str());
+    for (std::size_t c = 0; c < r->estimates.size(); ++c)
+        if (r->estimates[c] >= 0)
+            std::fprintf(notes, " %s %.1f", std::string(ar::automatic::candidate_names[c]).c_str(),
+                         r->estimates[c] * 1e6);
+    std::fprintf(notes, " (window %d calls)\n", r->review_every);
+}
+
 /// The agreement check's cost: automatic at 4 KiB with and without it, interleaved.
 template <class C>
 void check_cost(const world& w, const settings& s, ar::group<C>& g, std::FILE* notes) {
@@ -437,6 +453,7 @@ int run_mpi(settings& s, int argc, char** argv) {
                 std::fprintf(stderr, "hitch-bench-allreduce: VERIFICATION FAILED: %s\n", failure.c_str());
         }
         if (me == 0) report(s, p, figures, notes);
+        if (wanted(s, "automatic")) automatic_ranking(w, g, bytes, notes);
     }
     automatic_picks(w, s, g, notes);
     if (wanted(s, "automatic")) check_cost(w, s, g, notes);
@@ -500,6 +517,7 @@ int run_local(settings& s) {
                     std::fprintf(stderr, "hitch-bench-allreduce: VERIFICATION FAILED: %s\n", failure.c_str());
             }
             if (me == 0) report(s, p, figures, notes);
+            if (wanted(s, "automatic")) automatic_ranking(w, g, bytes, notes);
             sync.arrive_and_wait();
         }
         automatic_picks(w, s, g, notes);

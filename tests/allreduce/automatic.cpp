@@ -2,17 +2,25 @@
 // of every rank on measurements and choices, and its decisions saved and restored (allreduce/automatic/).
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "charged.hpp"
 #include "hitch/allreduce/allreduce.hpp"
+#include "hitch/comm/agree.hpp"
 #include "hitch/comm/local.hpp"
 #include "reference.hpp"
+#include "watched_automatic.hpp"
 
 using namespace hitch::allreduce;
 using hitch::comm::local;
@@ -272,4 +280,244 @@ TEST_CASE("a damaged automatic state is refused with corrupt_message_error and c
     longer.push_back(std::byte{0});
     CHECK(!load_error(a, longer).empty());
     CHECK(saved(a) == blob);  // every refusal left the loaded state as it was
+}
+
+// ---- online re-ranking -----------------------------------------------------------------------------------------
+
+namespace {
+
+int candidate_index(std::string_view name) {
+    for (std::size_t i = 0; i < automatic::candidate_names.size(); ++i)
+        if (automatic::candidate_names[i] == name) return static_cast<int>(i);
+    return -1;
+}
+
+/// Phases of the re-ranking scenario: the marked schedule costs fast_s, then slow_s, then fast_s again, every
+/// other schedule costs other_s throughout (charged time, far above a loaded host's noise).
+struct scenario {
+    automatic::options_type options;
+    int calls_before = 500;  // marked fast
+    int calls_slow = 300;    // marked slow
+    int calls_after = 800;   // marked fast again (it came back after ~330 on dev-2c)
+    double fast_s = 0.2;
+    double other_s = 0.4;
+    double slow_s = 4.0;
+};
+
+struct scenario_result {
+    int marked = -1;          // the model's pick, made slow
+    std::vector<bool> alike;  // per candidate: starts as the marked one does (charged alike)
+    std::vector<hitch_test::watched_automatic::call> calls;  // this rank's record of every automatic call
+    bool exact = true;                                       // every call equalled the serial sum
+};
+
+constexpr std::size_t scenario_count = 10000;  // 40000 bytes: one message per step, no probe size
+
+/// Runs the scenario on 2 comm::local ranks behind charged<local>; the marked schedule is the model's first pick
+/// (so automatic starts on it and must find that it is fastest, then that it is not, then that it is again).
+std::vector<scenario_result> run_scenario(const scenario& sc) {
+    constexpr int p = 2;
+    return run_local(p, [&](local& c) {
+        scenario_result out;
+        auto meter = std::make_shared<hitch_test::rank_meter>();
+        hitch_test::charged<local> cc(c.split(0, c.rank()), meter);
+        group g(cc);
+        g.set_timeout(hitch::seconds_f(600));  // charged time counts toward deadlines too
+        std::vector<float> v(scenario_count);
+
+        // Each candidate once, directly: the first message it sends on this rank, then every rank's.
+        std::array<hitch_test::first_send, 6> mine{};
+        std::size_t i = 0;
+        const auto learn = [&](const auto& schedule) {
+            std::fill(v.begin(), v.end(), 1.0f);
+            allreduce(g, hitch::view(v), reduce_op::sum, schedule);
+            mine[i++] = meter->last;
+        };
+        learn(recursive_doubling{});
+        learn(ring{});
+        learn(rabenseifner{});
+        learn(binary_tree{});
+        learn(double_binary_tree{});
+        learn(parameter_server(sc.options.parameter_server));
+        const auto all = hitch::comm::allgather_value(c, mine);
+
+        const automatic model(sc.options);
+        out.marked = candidate_index(model.choose(p, v.size() * sizeof(float), *sc.options.constants));
+        const auto m = static_cast<std::size_t>(out.marked);
+        // Candidates that start as the marked one does on every rank are charged as it is.
+        bool elsewhere = false;
+        for (std::size_t k = 0; k < mine.size(); ++k) {
+            bool same = true;
+            for (const auto& r : all) same = same && r[k] == r[m];
+            out.alike.push_back(same);
+            elsewhere = elsewhere || !same;
+        }
+        out.alike.push_back(false);  // native: comm::local has none
+        expect(elsewhere, "some candidate's first message tells it apart from the marked schedule's");
+        meter->marked = mine[m];
+        meter->marked_s = sc.fast_s;
+        meter->other_s = sc.other_s;
+        meter->charging = true;
+
+        const hitch_test::watched_automatic a(sc.options);
+        const int total = sc.calls_before + sc.calls_slow + sc.calls_after;
+        for (int call = 0; call < total; ++call) {
+            if (call == sc.calls_before) meter->marked_s = sc.slow_s;
+            if (call == sc.calls_before + sc.calls_slow) meter->marked_s = sc.fast_s;
+            const auto salt = static_cast<std::uint32_t>(call);
+            for (std::size_t j = 0; j < v.size(); ++j) v[j] = hitch_test::exact_value<float>(c.rank(), j, salt);
+            allreduce(g, hitch::view(v), reduce_op::sum, a);
+            const auto want = hitch_test::reference<float>(p, v.size(), reduce_op::sum, [&](int r, std::size_t j) {
+                return hitch_test::exact_value<float>(r, j, salt);
+            });
+            out.exact = out.exact && hitch_test::same_bytes<float>(v, want);
+        }
+        out.calls = *a.calls;
+        return out;
+    });
+}
+
+automatic::options_type scenario_options() {
+    automatic::options_type o;
+    // The pure model with fixed constants: nothing is calibrated, so only the charged calls are timed.
+    o.constants = cost_constants{2e-6, 3e-10, 4e-10, -1, -1};
+    o.explore_fraction = 0.1;
+    o.max_review_calls = 4;
+    return o;
+}
+
+/// Calls in [from, to) that ran a schedule charged as the marked one.
+int count_marked(const scenario_result& r, int from, int to) {
+    int n = 0;
+    for (int i = from; i < to; ++i)
+        n += r.alike[static_cast<std::size_t>(candidate_index(r.calls[static_cast<std::size_t>(i)].ran))] ? 1 : 0;
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("automatic re-ranks online: it leaves a schedule that turns slow within a window, and comes back",
+          "[allreduce][automatic][rerank]") {
+    scenario sc;
+    sc.options = scenario_options();
+    const auto results = run_scenario(sc);
+    const auto& r0 = results[0];
+    REQUIRE(r0.marked >= 0);
+    INFO("marked schedule: " << automatic::candidate_names[static_cast<std::size_t>(r0.marked)]);
+    for (const auto& r : results) {
+        CHECK(r.exact);              // every call equalled the serial sum
+        CHECK(r.calls == r0.calls);  // every rank ran the same schedule in every call
+    }
+    const auto& calls = r0.calls;
+    REQUIRE(calls.size() == static_cast<std::size_t>(sc.calls_before + sc.calls_slow + sc.calls_after));
+    // Whether call i's current pick is charged as the marked schedule.
+    const auto marked = [&](int i) {
+        const int c = calls[static_cast<std::size_t>(i)].current;
+        return c >= 0 && r0.alike[static_cast<std::size_t>(c)];
+    };
+
+    // Before: the marked schedule is the fastest and stays the pick; runners-up take a bounded share of the calls
+    // (each costs 0.2 s more, the credit earns 0.1 x 0.2 s per call: one in ten).
+    const int b = sc.calls_before;
+    CHECK(marked(b - 1));
+    const int before_tail = 200;
+    CHECK(count_marked(r0, b - before_tail, b) >= before_tail * 85 / 100);
+
+    // Slow: each window of at most max_review_calls calls raises the estimate 1.5x at most (a window counts as at
+    // most twice the estimate: preemption only adds time), so 0.2 s passes the others' 0.4 s at the second review.
+    int left = -1;
+    for (int i = b; i < b + sc.calls_slow && left < 0; ++i)
+        if (!marked(i)) left = i - b;
+    INFO("left the slow schedule after " << left << " calls");
+    CHECK(left >= 0);
+    CHECK(left <= 2 * sc.options.max_review_calls);
+    // While slow, it runs only as an exploration paid from the budget: 300 calls earn 0.1 x 0.4 s each, 12 s, and
+    // each run costs its estimate's excess over the pick's (at least half a call), which grows 1.5x per run: at
+    // most 15 runs (9 on dev-2c).
+    const int s = b + sc.calls_slow;
+    const int settled = b + 2 * sc.options.max_review_calls + 1;
+    CHECK(count_marked(r0, settled, s) <= 15);
+    for (int i = settled; i < s; ++i) CHECK(!marked(i));
+
+    // After: explorations find it fast again and it becomes the pick once more.
+    int back = -1;
+    for (int i = s; i < static_cast<int>(calls.size()) && back < 0; ++i)
+        if (marked(i)) back = i - s;
+    INFO("came back after " << back << " calls");
+    CHECK(back >= 0);
+    CHECK(marked(static_cast<int>(calls.size()) - 1));
+}
+
+TEST_CASE("automatic with rerank off keeps the model's pick however slow it turns", "[allreduce][automatic][rerank]") {
+    scenario sc;
+    sc.options = scenario_options();
+    sc.options.rerank = false;
+    sc.calls_before = 20;
+    sc.calls_slow = 20;
+    sc.calls_after = 0;
+    const auto results = run_scenario(sc);
+    for (const auto& r : results) {
+        CHECK(r.exact);
+        const std::string_view model = automatic::candidate_names[static_cast<std::size_t>(r.marked)];
+        for (const auto& call : r.calls) {
+            CHECK(call.ran == model);
+            CHECK(call.current == -1);  // no online ranking is kept
+        }
+    }
+}
+
+TEST_CASE("automatic's re-ranking options are validated, naming the field", "[allreduce][automatic][rerank]") {
+    const auto error = [](const automatic::options_type& o) -> std::string {
+        try {
+            automatic a(o);
+        } catch (const hitch::config_error& e) {
+            return e.what();
+        }
+        return "";
+    };
+    automatic::options_type o;
+    o.explore_fraction = -0.1;
+    CHECK(error(o).find("explore_fraction") != std::string::npos);
+    o.explore_fraction = 1.5;
+    CHECK(error(o).find("explore_fraction") != std::string::npos);
+    o = {};
+    o.switch_margin = 1.0;
+    CHECK(error(o).find("switch_margin") != std::string::npos);
+    o.switch_margin = std::nan("");
+    CHECK(error(o).find("switch_margin") != std::string::npos);
+    o = {};
+    o.max_review_calls = 0;
+    CHECK(error(o).find("max_review_calls") != std::string::npos);
+    o = {};
+    o.explore_fraction = 0;
+    o.switch_margin = 0;
+    o.max_review_calls = 1;
+    CHECK(error(o).empty());
+    CHECK(automatic().options().rerank);
+    CHECK(automatic().options().explore_fraction == tuning::rerank_explore_fraction);
+}
+
+TEST_CASE("automatic's online rankings go with the group's decisions: set_constants and load_state drop them",
+          "[allreduce][automatic][rerank]") {
+    const auto dropped = run_local(2, [](local& c) {
+        group g(c);
+        const automatic a;
+        std::vector<float> v(5000, 1.0f);
+        const std::size_t n = v.size() * sizeof(float);
+        for (int call = 0; call < 20; ++call) allreduce(g, hitch::view(v), reduce_op::sum, a);
+        expect(all_equal(v, static_cast<float>(1 << 20)), "results");
+        expect(a.ranking(g.state(), g.size(), n).has_value(), "a re-ranked size has a ranking");
+        const std::vector<std::byte> blob = saved(a);
+        g.set_constants(*g.constants());
+        const bool after_constants = !a.ranking(g.state(), g.size(), n).has_value();
+        allreduce(g, hitch::view(v), reduce_op::sum, a);
+        expect(a.ranking(g.state(), g.size(), n).has_value(), "the next call starts a new ranking");
+        automatic b;
+        b.load_state(blob);
+        allreduce(g, hitch::view(v), reduce_op::sum, b);  // installs the loaded decisions: a new ranking
+        const auto r = b.ranking(g.state(), g.size(), n);
+        return after_constants && r.has_value() && r->current == r->last;  // its first call ran the model's pick
+    });
+    CHECK(dropped[0]);
+    CHECK(dropped[1]);
 }

@@ -12,9 +12,10 @@
 //   calibration.hpp    where calibration runs (its own call number and deadline) and its time budget
 //   agreement.hpp      how ranks come to the same measurements and the same decisions
 //   decisions.hpp      the choices a group remembers
+//   rerank.hpp         each call size's online ranking: estimates from automatic's own calls, exploration
 //   record.hpp         what an automatic and its copies decided, shared between them
 //   state.hpp          the decisions as a versioned, checksummed blob (save_state / load_state)
-// Tuned constants (probe sizes, best-of-N, budget, deadline) are in hitch/allreduce/tuning.hpp.
+// Tuned constants (probe sizes, best-of-N, budget, deadline, re-ranking) are in hitch/allreduce/tuning.hpp.
 //
 // Calibration runs in the first call that needs it (the first automatic call of a group, and the first call
 // larger than 16 MiB, which adds a 64 MiB probe), in a transport of its own (a call number the group reserves
@@ -26,6 +27,12 @@
 // the same call numbers. group::set_constants() or options_type::constants replace the measurements with the user's
 // constants and the pure model (the same on every rank). save_state() and load_state() carry the decisions
 // across a checkpoint: after load_state(), the same calls pick the same schedules without measuring.
+//
+// The model's pick is where each call size starts: with options_type::rerank (the default) the candidates are then
+// re-ranked online from the measured times of automatic's own calls, every rank running the same candidate in every
+// call because each follows from agreed window summaries and the call's index among the calls of its size
+// (rerank.hpp says how). The online estimates describe the host's speed at the time and are not in save_state():
+// set rerank = false where a resume must repeat its schedules, and so its sums, bit for bit.
 
 #include <chrono>
 #include <cstddef>
@@ -44,6 +51,7 @@
 #include "hitch/allreduce/automatic/native_candidate.hpp"
 #include "hitch/allreduce/automatic/profile.hpp"
 #include "hitch/allreduce/automatic/record.hpp"
+#include "hitch/allreduce/automatic/rerank.hpp"
 #include "hitch/allreduce/automatic/state.hpp"
 #include "hitch/allreduce/binary_tree.hpp"
 #include "hitch/allreduce/cost.hpp"
@@ -81,12 +89,30 @@ public:
         ::hitch::allreduce::double_binary_tree::options_type double_binary_tree{};
         /// The parameter-server candidate is sharded over every rank (servers is capped at the world size).
         ::hitch::allreduce::parameter_server::options_type parameter_server{.servers = 1 << 20};
+        /// Re-rank the candidates online from the measured times of automatic's own calls (see the file comment);
+        /// false: the model and the profile pick once per size, and every later call of that size takes the same
+        /// schedule. Every rank must pass the same value, as for every field below.
+        bool rerank = true;
+        /// Share of the calls' time spent running runners-up, in [0, 1]: each call earns this share of the current
+        /// pick's estimated time, and a runner-up runs once the credit covers how much slower it is estimated to
+        /// be (at least half a call). 0: runners-up run only in the first calls of a size, or when the current
+        /// pick's measured time drifts above their estimates.
+        double explore_fraction = tuning::rerank_explore_fraction;
+        /// A runner-up replaces the current pick when its estimate is below (1 - switch_margin) x the current's,
+        /// in [0, 1).
+        double switch_margin = tuning::rerank_switch_margin;
+        /// The most calls of a size between two reviews (each one all-gather of 64 bytes), in [1, 2^20]; fewer
+        /// where the calls are long enough that a review costs under 0.5% of their time.
+        int max_review_calls = tuning::rerank_max_review_calls;
 
         void validate() const {
             if (constants) constants->validate();
             option_validator("hitch::allreduce::automatic")
                 .closed("calibration_budget_s", calibration_budget_s, 0.0, 1e9)
-                .open_closed("calibration_timeout_s", calibration_timeout_s, 0.0, 1e9);
+                .open_closed("calibration_timeout_s", calibration_timeout_s, 0.0, 1e9)
+                .closed("explore_fraction", explore_fraction, 0.0, 1.0)
+                .half_open("switch_margin", switch_margin, 0.0, 1.0)
+                .closed("max_review_calls", max_review_calls, 1, 1 << 20);
             ring.validate();
             recursive_doubling.validate();
             rabenseifner.validate();
@@ -146,9 +172,10 @@ public:
     template <communicator C, floating_element T>
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
         if (t.size() <= 1) return;
-        const int pick = remembered_pick(t, data.size_bytes());
-        if (pick >= 0) return run_candidate(pick, t, data, op);
-        calibrate_and_run(t, data, op);
+        pick_plan plan = look_up(t.state(), t.size(), data.size_bytes(), true);
+        if (plan.pick < 0) return calibrate_and_run(t, data, op);
+        if (plan.online == nullptr) return run_candidate(plan.pick, t, data, op);
+        run_reranked(t, data, op, plan);
     }
 
     /// The profile measured on a communicator (group::state()), or null before the first automatic call or
@@ -183,27 +210,114 @@ public:
         record_->pending.store(true, std::memory_order_release);
     }
 
-    /// The schedule a call of n_bytes on t takes, asked after such a call (so nothing is measured); empty when no
-    /// such call was made yet. For reports of what carried the data.
+    /// The schedule the last call of n_bytes on t took, asked after such a call (so nothing is measured); empty
+    /// when no such call was made yet. For reports of what carried the data. With rerank, calls of one size may
+    /// take different schedules over time (the same on every rank in each call).
     template <communicator C>
     [[nodiscard]] std::string_view chosen(transport<C>& t, std::size_t n_bytes) const {
-        const int pick = remembered_pick(t, n_bytes);
+        const int pick = look_up(t.state(), t.size(), n_bytes, false).pick;
         return pick < 0 ? std::string_view{} : candidate_names[static_cast<std::size_t>(pick)];
+    }
+
+    /// The online ranking of calls of n_bytes on t as it stands (the agreed estimates, the current pick), or
+    /// nothing before the first re-ranked call of that size. For reports and tests.
+    template <communicator C>
+    [[nodiscard]] std::optional<detail::online_ranking::standing> ranking(transport<C>& t, std::size_t n_bytes) const {
+        return ranking(t.state(), t.size(), n_bytes);
+    }
+    /// The same, asked of a group's state (group::state()) and size, outside any call.
+    template <communicator C>
+    [[nodiscard]] std::optional<detail::online_ranking::standing> ranking(shared_state<C>& state, int p,
+                                                                          std::size_t n_bytes) const {
+        return look_up(state, p, n_bytes, false).standing;
     }
 
 private:
     using memo_type = detail::decision_memo<options_type>;
 
-    /// The candidate for this call without measuring: a call of a size seen before costs one lock of the group's
-    /// state and a scan of the remembered choices; -1 when this call must measure first (nothing measured yet, or
-    /// the call is larger than the probes so far).
+    /// What a call runs: the candidate (-1: measure first) and, when the size is re-ranked, its ranking and this
+    /// call's step in it. `memo` keeps the ranking alive through the call.
+    struct pick_plan {
+        int pick = -1;
+        detail::online_ranking* online = nullptr;
+        detail::online_ranking::step step{};
+        std::shared_ptr<detail::decision_memo_slot> memo;
+        std::optional<detail::online_ranking::standing> standing;  // when asked without planning
+    };
+
+    [[nodiscard]] detail::rerank_settings rerank_settings() const noexcept {
+        return {options_.explore_fraction, options_.switch_margin, options_.max_review_calls};
+    }
+
+    /// A call re-ranked online (rerank.hpp): its ranking planned the candidate; this rank times the run when the
+    /// step says so, and a call that ends a window agrees the window's times with every rank and updates the
+    /// ranking. The time is read on the communicator's clock, as calibration's.
+    template <communicator C, floating_element T>
+    void run_reranked(transport<C>& t, std::span<T> data, reduce_op op, const pick_plan& plan) const {
+        const auto seconds_since = [&t](clock_source::time_point a) {
+            return std::chrono::duration<double>(now_on(t.comm()) - a).count();
+        };
+        if (plan.step.timed) {
+            const auto start = now_on(t.comm());
+            run_candidate(plan.pick, t, data, op);
+            plan.online->note(plan.pick, seconds_since(start));
+        } else {
+            run_candidate(plan.pick, t, data, op);
+        }
+        if (!plan.step.review) return;
+        const detail::review_summary mine = plan.online->summary();
+        const auto agreement_start = now_on(t.comm());
+        const detail::review_summary agreed = detail::agree_review(t.comm(), mine);
+        const double agreement_s = seconds_since(agreement_start);
+        std::lock_guard lock(t.state().m);
+        plan.online->review(agreed, rerank_settings(), agreement_s);
+    }
+
+    /// The model's time of each candidate for p ranks and n bytes, each scaled by its measured ratio when there
+    /// is a profile; -1 for a candidate that cannot run here (native without a native all-reduce).
     template <communicator C>
-    [[nodiscard]] int remembered_pick(transport<C>& t, std::size_t n_bytes) const {
+    [[nodiscard]] detail::online_ranking::times predicted_times(int p, std::size_t n_bytes, const cost_constants& k,
+                                                                const automatic_profile* profile) const {
+        detail::online_ranking::times out;
+        out.fill(-1.0);
+        std::size_t index = 0;
+        visit_candidates(k, [&](std::string_view, const auto& s) {
+            double c = s.cost(p, n_bytes, k).seconds(k);
+            if (profile != nullptr) c *= detail::measured_ratio(*profile, static_cast<int>(index), p, n_bytes, k, s);
+            out[index++] = std::max(c, 0.0);
+        });
+        if constexpr (!has_native_allreduce<C>::value) out.back() = -1.0;
+        return out;
+    }
+
+    /// What a remembered choice gives a call (`planning`: the call about to run, which takes its step in the
+    /// size's ranking) or a question about the last call (chosen(), ranking()). Called with the state's mutex held.
+    [[nodiscard]] pick_plan settle(detail::decision<options_type>& d, std::shared_ptr<detail::decision_memo_slot> memo,
+                                   bool planning) const {
+        pick_plan out;
+        out.pick = d.pick;
+        if (!options_.rerank || !d.online) return out;
+        if (!planning) {
+            out.pick = d.online->last();
+            out.standing = d.online->view();
+            return out;
+        }
+        out.step = d.online->plan(rerank_settings());
+        out.pick = out.step.pick;
+        out.online = d.online.get();
+        out.memo = std::move(memo);
+        return out;
+    }
+
+    /// The candidate for this call without measuring: a call of a size seen before costs one lock of the group's
+    /// state and a scan of the remembered choices (where its online ranking also plans its step); pick -1 when
+    /// this call must measure first (nothing measured yet, or the call is larger than the probes so far).
+    template <communicator C>
+    [[nodiscard]] pick_plan look_up(shared_state<C>& state, int p, std::size_t n_bytes, bool planning) const {
         if constexpr (exposes_native_handle<C>)
             static_assert(has_native_allreduce<C>::value,
                           "hitch::allreduce::automatic on a communicator with a native handle (comm::mpi) also weighs "
                           "its native all-reduce: #include \"hitch/allreduce/native.hpp\" (and link hitch::mpi)");
-        auto& state = t.state();
         if (record_->pending.load(std::memory_order_acquire)) install_loaded(state);
         cost_constants k;
         std::shared_ptr<automatic_profile> profile;
@@ -213,44 +327,53 @@ private:
             if (options_.constants) {
                 k = *options_.constants;
             } else {
-                if (!state.constants) return -1;
+                if (!state.constants) return {};
                 k = *state.constants;
                 measured = state.slots.find(detail::automatic_profile_slot);
                 if (measured) {
-                    if (measured->outgrown_by(n_bytes)) return -1;
+                    if (measured->outgrown_by(n_bytes)) return {};
                     if (!record_->known.load(std::memory_order_acquire)) profile = measured;
                 }
             }
-            if (const auto memo = state.slots.find(detail::automatic_decisions_slot)) {
-                const int hit =
-                    static_cast<const memo_type*>(memo.get())->find(options_, t.size(), n_bytes, k, measured.get());
-                if (hit >= 0) {
+            if (auto memo = state.slots.find(detail::automatic_decisions_slot)) {
+                if (auto* const d =
+                        static_cast<memo_type*>(memo.get())->find(options_, p, n_bytes, k, measured.get())) {
                     if (!record_->known.load(std::memory_order_acquire)) record_->note(k, profile);
-                    return hit;
+                    return settle(*d, std::move(memo), planning);
                 }
             }
         }
         if (!options_.constants && !profile) profile = measured_profile(state);
         record_->note(k, profile);
-        return remembered_choice(t, n_bytes, k, options_.constants ? nullptr : profile.get());
+        return remembered_choice(state, p, n_bytes, k, options_.constants ? nullptr : profile.get(), planning);
     }
 
+    /// The pick of a call whose size is not remembered yet: weighed now, and remembered (with a new online
+    /// ranking when automatic re-ranks) when a call is about to run it.
     template <communicator C>
-    [[nodiscard]] int remembered_choice(transport<C>& t, std::size_t n_bytes, const cost_constants& k,
-                                        const automatic_profile* profile) const {
-        const int p = t.size();
-        const auto slot = t.state().slots.get_or_make(
+    [[nodiscard]] pick_plan remembered_choice(shared_state<C>& state, int p, std::size_t n_bytes,
+                                              const cost_constants& k, const automatic_profile* profile,
+                                              bool planning) const {
+        auto slot = state.slots.get_or_make(
             detail::automatic_decisions_slot,
             []() -> std::shared_ptr<detail::decision_memo_slot> { return std::make_shared<memo_type>(); });
         auto* const memo = static_cast<memo_type*>(slot.get());
         {
-            std::lock_guard lock(t.state().m);
-            if (const int hit = memo->find(options_, p, n_bytes, k, profile); hit >= 0) return hit;
+            std::lock_guard lock(state.m);
+            if (auto* const d = memo->find(options_, p, n_bytes, k, profile)) return settle(*d, slot, planning);
         }
         const int pick = choose_index(p, n_bytes, k, profile);
-        std::lock_guard lock(t.state().m);
-        memo->remember({options_, p, n_bytes, k, profile, pick});
-        return pick;
+        if (!planning) {
+            pick_plan out;
+            out.pick = pick;
+            return out;
+        }
+        std::unique_ptr<detail::online_ranking> online;
+        if (options_.rerank)
+            online = std::make_unique<detail::online_ranking>(predicted_times<C>(p, n_bytes, k, profile), pick);
+        std::lock_guard lock(state.m);
+        detail::decision<options_type>& d = memo->remember({options_, p, n_bytes, k, profile, pick, std::move(online)});
+        return settle(d, std::move(slot), planning);
     }
 
     /// This call measures first (see the file comment): in a transport of its own (a call number the group
@@ -268,7 +391,7 @@ private:
                 detail::concat(e.what(), " (calibration_timeout_s = ", options_.calibration_timeout_s, " s)"),
                 e.waited());
         }
-        const int pick = remembered_pick(t, data.size_bytes());
+        const int pick = look_up(t.state(), t.size(), data.size_bytes(), false).pick;
         if (pick < 0) throw config_error("hitch::allreduce::automatic: calibration left nothing to decide with");
         detail::reserved_call(t, detail::after_calibration_slot, caller,
                               [&](transport<C>& call) { run_candidate(pick, call, data, op); });

@@ -70,6 +70,46 @@ inline constexpr double min_gamma_s_per_byte = 1e-13;
 /// 64 distinct sizes cover a trainer's buckets and tail with room to spare.
 inline constexpr std::size_t decision_memo_capacity = 64;
 
+// ---- automatic: online re-ranking (allreduce/automatic/rerank.hpp) -----------------------------------------
+
+/// Default share of the calls' time spent running runners-up. Issue 16: on a busy dev-2c the profile's pick ran
+/// at 0.74-0.77 of the fastest schedule at 16 and 64 MiB, so a runner-up can be a third faster than the pick. At
+/// 2-3% automatic ran 5-10% slower than without exploring at 4 KiB over comm::mpi under a light load (a switch of
+/// schedule also costs the next calls their warm pipes and scratch); 1% still tries a runner-up 30% slower every
+/// ~50 calls (an exploration is charged at least half a call: rerank_min_explore_share).
+inline constexpr double rerank_explore_fraction = 0.01;
+/// A runner-up replaces the current pick when its estimate is below (1 - margin) x the current's: closer than 5%,
+/// two schedules are within the noise of a window's median on dev-2c, and switching would only flap.
+inline constexpr double rerank_switch_margin = 0.05;
+/// The most calls of a size between two reviews. A review is an all-gather of 64 bytes (2-5 us over comm::mpi on
+/// dev-2c), as long as a 4 KiB all-reduce, so small calls are reviewed in windows of up to 256 (under 2% of their
+/// time); calls of 1 MiB and more are long enough to be reviewed after every one or few.
+inline constexpr int rerank_max_review_calls = 256;
+/// A review may cost at most this share of the time of the calls it reviews (it sets the window's length), counted
+/// with the fastest review so far: a typical one takes 3-4x as long on a quiet host (2-3 us against 0.7 us for 2
+/// ranks over comm::mpi on dev-2c), and under load 100x. At 1% automatic ran at 0.84 of recursive doubling at 4 KiB
+/// (windows of 74 calls); at 0.2% windows of 1 MiB calls grew to 256 calls under load.
+inline constexpr double rerank_review_overhead = 0.005;
+/// Calls of the current pick timed per window: every one in windows this short, a sample of this many in longer
+/// ones (a 4 KiB all-reduce over comm::mpi takes ~0.95 us on dev-2c, and reading the clock twice ~40 ns).
+inline constexpr int rerank_window_samples = 32;
+/// Weight of a window's agreed median in a candidate's estimate (an exponential moving average): a lasting change
+/// of speed shows within two or three windows, one slow window moves the estimate half way.
+inline constexpr double rerank_estimate_weight = 0.5;
+/// A window's median counts as at most this many times a candidate's estimate (before the average): with the
+/// weight above an estimate rises at most 1.5x per window. On dev-2c under other builds' load, single calls of
+/// 16 KiB-1 MiB took 50-200x their usual time (a rank preempted for a time slice), and one such sample had made a
+/// candidate look too slow to try again for thousands of calls.
+inline constexpr double rerank_max_rise = 2.0;
+/// The first calls of a size try once each the runners-up predicted within this factor of the pick. Issue 16's busy
+/// host made the profile's pick 1.3-1.35x slower than the fastest, and on dev-2c under a load average of 3.5 (other
+/// builds) MPI_Allreduce, predicted 2-4x slower than hitch's schedules at 4-64 MiB from a quiet profile, ran 1.1-2x
+/// faster than them: 4x covers every candidate but the slowest at a size, once per size.
+inline constexpr double rerank_first_try_ratio = 4.0;
+/// An exploration is charged at least this share of the current pick's estimate, so runners-up estimated as fast as
+/// the pick (within the switch margin) are not run in turn every call.
+inline constexpr double rerank_min_explore_share = 0.5;
+
 // ---- the transport -----------------------------------------------------------------------------------------
 
 /// How long a wait polls its peer before it falls back to the communicator's yielding wait, when every rank has a

@@ -4,7 +4,9 @@
 // measure more or to stop is taken by all ranks together. Each function is collective over `comm`.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "hitch/allreduce/automatic/profile.hpp"
@@ -38,6 +40,29 @@ template <class C>
             for (std::size_t i = 0; i < prof.seconds[c].size(); ++i)
                 prof.seconds[c][i] = std::max(prof.seconds[c][i], o.seconds[c][i]);
     return prof;
+}
+
+/// What a rank brings to a review of a call size's online ranking (allreduce/automatic/rerank.hpp): the median of
+/// its own times of each candidate since the last review (0: not run), and how long its fastest review's
+/// all-gather took. No padding: ranks send it as bytes.
+struct review_summary {
+    std::array<double, automatic_profile::candidates> median{};
+    double agreement_s = 0;
+};
+static_assert(std::is_trivially_copyable_v<review_summary> &&
+                  sizeof(review_summary) == sizeof(double) * (automatic_profile::candidates + 1),
+              "review_summary is sent as bytes: it must have no padding");
+
+/// Every rank's review summary, reduced to the maximum of each field: the slowest rank bounds a collective.
+template <class C>
+[[nodiscard]] review_summary agree_review(C& comm, const review_summary& mine) {
+    review_summary agreed = mine;
+    for (const review_summary& o : comm::allgather_value(comm, mine)) {
+        for (std::size_t c = 0; c < agreed.median.size(); ++c)
+            agreed.median[c] = std::max(agreed.median[c], o.median[c]);
+        agreed.agreement_s = std::max(agreed.agreement_s, o.agreement_s);
+    }
+    return agreed;
 }
 
 /// True on every rank when every rank says yes.

@@ -1,12 +1,16 @@
 #pragma once
 // The choices automatic made on a group, remembered so a call of a size seen before costs a lookup. A choice
 // depends on nothing but the inputs kept with it, and those are agreed by every rank (the constants and profile
-// are agreed when measured or loaded), so every rank remembers the same choices.
+// are agreed when measured or loaded), so every rank remembers the same choices. Each keeps its size's online
+// ranking (rerank.hpp), which changes only with agreed summaries, so it too is the same on every rank.
 
 #include <cstddef>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "hitch/allreduce/automatic/profile.hpp"
+#include "hitch/allreduce/automatic/rerank.hpp"
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/transport/scratch.hpp"
 #include "hitch/allreduce/tuning.hpp"
@@ -23,6 +27,9 @@ struct decision {
     cost_constants k;
     const automatic_profile* profile = nullptr;
     int pick = 0;
+    /// The online ranking of this size when automatic re-ranks (rerank.hpp): it holds for the inputs above, and
+    /// goes with them.
+    std::unique_ptr<online_ranking> online;
 };
 
 /// What a group's slot of remembered choices holds: group::set_constants() drops it without naming automatic's
@@ -35,26 +42,26 @@ struct decision_memo : decision_memo_slot {
     std::vector<decision<Options>> entries;
     std::size_t next = 0;  // the entry replaced next once full
 
-    /// The remembered pick for these inputs, or -1.
-    [[nodiscard]] int find(const Options& o, int p, std::size_t n, const cost_constants& k,
-                           const automatic_profile* profile) const {
-        for (const auto& d : entries)
-            if (d.n == n && d.p == p && d.profile == profile && d.k == k && d.settings == o) return d.pick;
-        return -1;
+    /// The remembered choice for these inputs, or null.
+    [[nodiscard]] decision<Options>* find(const Options& o, int p, std::size_t n, const cost_constants& k,
+                                          const automatic_profile* profile) {
+        for (auto& d : entries)
+            if (d.n == n && d.p == p && d.profile == profile && d.k == k && d.settings == o) return &d;
+        return nullptr;
     }
-    void remember(const decision<Options>& d) {
-        if (entries.size() < tuning::decision_memo_capacity) {
-            entries.push_back(d);
-        } else {
-            entries[next] = d;
-            next = (next + 1) % tuning::decision_memo_capacity;
-        }
+    /// Remembers `d` and returns where it is kept.
+    decision<Options>& remember(decision<Options> d) {
+        if (entries.size() < tuning::decision_memo_capacity) return entries.emplace_back(std::move(d));
+        decision<Options>& slot = entries[next];
+        next = (next + 1) % tuning::decision_memo_capacity;
+        slot = std::move(d);
+        return slot;
     }
 };
 
-/// Where a group's state (shared_state::slots) keeps automatic's measured profile and its remembered choices;
-/// group::set_constants() drops both. Read and written under the state's mutex, so constants, profile and choices
-/// change together.
+/// Where a group's state (shared_state::slots) keeps automatic's measured profile and its remembered choices (with
+/// their online rankings); group::set_constants() drops both. Read and written under the state's mutex, so
+/// constants, profile and choices change together.
 inline constexpr slot_key<automatic_profile> automatic_profile_slot{"automatic/profile"};
 inline constexpr slot_key<decision_memo_slot> automatic_decisions_slot{"automatic/decisions"};
 

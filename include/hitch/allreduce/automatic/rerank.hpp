@@ -1,0 +1,183 @@
+#pragma once
+// automatic's online re-ranking: per call size, an estimate of each candidate's time from the measured times of
+// automatic's own calls, so a profile taken at a quiet moment or a busy one does not decide forever. Most calls run
+// the current pick; runners-up run on a budget of time (a credit of explore_fraction of the pick's estimate per
+// call pays for how much slower a runner-up is estimated to be), as an autotuner explores.
+//
+// Every rank runs the same candidate in every call: a call's candidate is a function of agreed data only (the
+// estimates, the window's length, the credit) and of the call's index among the calls of its size, which is the
+// same on every rank because every rank issues the same calls in the same order (the group's contract, checked by
+// call_options::check). Each rank times its own runs; at the end of a window (review_every calls of the size) all
+// ranks fold their windows' medians with one all-gather (the maximum over ranks, agree_review), and every rank
+// updates the estimates and the pick from that same agreed summary with the same arithmetic.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "hitch/allreduce/automatic/agreement.hpp"
+#include "hitch/allreduce/automatic/profile.hpp"
+#include "hitch/allreduce/cost.hpp"
+#include "hitch/allreduce/tuning.hpp"
+
+namespace hitch::allreduce::detail {
+
+/// automatic's options that steer the re-ranking.
+struct rerank_settings {
+    double explore_fraction = tuning::rerank_explore_fraction;
+    double switch_margin = tuning::rerank_switch_margin;
+    int max_review_calls = tuning::rerank_max_review_calls;
+};
+
+/// The online ranking of one call size (see the file comment), kept with the size's remembered choice. plan(),
+/// review() and view() are called under the group state's mutex; note() and summary() touch only the window,
+/// which nothing but the calls themselves reads (and a group runs one call at a time), so they take no lock.
+class online_ranking {
+public:
+    static constexpr int candidates = automatic_profile::candidates;
+    using times = std::array<double, candidates>;
+
+    /// What one call runs, whether this rank times it, and whether it ends its window with a review.
+    struct step {
+        int pick = 0;
+        bool timed = false;
+        bool review = false;
+    };
+    /// The ranking as it stands, for reports and tests.
+    struct standing {
+        times estimates{};  // agreed; the scaled prediction until a candidate has run; < 0: no candidate
+        int current = 0;    // the candidate most calls run now
+        int last = 0;       // the candidate the last call ran
+        int review_every = 1;
+    };
+
+    /// `predicted`: the model's time of each candidate (profile-corrected; < 0 where it is not a candidate here);
+    /// `pick`: the model's choice, the first current pick.
+    online_ranking(const times& predicted, int pick) : predicted_(predicted), estimate_(predicted), current_(pick) {
+        last_ = pick;
+        for (int c = 0; c < candidates; ++c)
+            if (c != pick && available(c) && predicted_[at(c)] <= tuning::rerank_first_try_ratio * predicted_[at(pick)])
+                first_tries_.push_back(c);
+        std::stable_sort(first_tries_.begin(), first_tries_.end(),
+                         [&](int a, int b) { return predicted_[at(a)] < predicted_[at(b)]; });
+    }
+
+    /// The candidate this call runs: the model's pick first, then a first try while any is left, else a
+    /// runner-up when the credit pays for it, else the current pick.
+    [[nodiscard]] step plan(const rerank_settings& s) {
+        int pick = current_;
+        if (!started_) {
+            started_ = true;
+        } else if (next_try_ < first_tries_.size()) {
+            pick = first_tries_[next_try_++];
+        } else if (s.explore_fraction > 0) {
+            credit_ += s.explore_fraction * estimate_[at(current_)];
+            if (const int c = next_runner_up(); c >= 0) {
+                const double cost = std::max(estimate_[at(c)] - estimate_[at(current_)],
+                                             tuning::rerank_min_explore_share * estimate_[at(current_)]);
+                if (credit_ >= cost) {
+                    pick = c;
+                    credit_ -= cost;
+                    cursor_ = c + 1;
+                }
+            }
+        }
+        // Long windows (small calls) time a sample of the current pick's calls: reading the clock twice costs
+        // ~40 ns, 4% of a 4 KiB all-reduce over comm::mpi.
+        const int stride = std::max(1, review_every_ / tuning::rerank_window_samples);
+        const bool timed = pick != current_ || calls_in_window_ % stride == 0;
+        last_ = pick;
+        ++calls_in_window_;
+        return {pick, timed, calls_in_window_ >= review_every_};
+    }
+
+    /// This rank's time of a run of candidate c in this window.
+    void note(int c, double seconds) { window_[at(c)].push_back(seconds); }
+
+    /// What this rank brings to the review that ends the window.
+    [[nodiscard]] review_summary summary() {
+        review_summary s;
+        for (std::size_t c = 0; c < window_.size(); ++c) {
+            auto& w = window_[c];
+            if (w.empty()) continue;
+            const auto mid = w.begin() + static_cast<std::ptrdiff_t>(w.size() / 2);
+            std::nth_element(w.begin(), mid, w.end());
+            s.median[c] = std::max(*mid, 1e-12);  // 0 means "not run"
+        }
+        s.agreement_s = fastest_agreement_s_;
+        return s;
+    }
+
+    /// Folds the agreed summary into the estimates and picks the best; `my_agreement_s` is how long this rank's
+    /// all-gather of it took. The fastest of those so far is what a review costs: a slower one waited for a rank
+    /// still in its all-reduce, or was preempted, and that time is not the review's (the next call would wait it).
+    void review(const review_summary& agreed, const rerank_settings& s, double my_agreement_s) {
+        for (int c = 0; c < candidates; ++c) {
+            double m = agreed.median[at(c)];
+            if (m <= 0 || !available(c)) continue;
+            double& e = estimate_[at(c)];
+            // Preemption only ever adds time: a window far slower than the estimate counts as at most
+            // rerank_max_rise times it, so one preempted sample cannot bury a candidate; a lasting slowdown still
+            // shows within a few windows, and a faster window counts in full.
+            if (e > 0) m = std::min(m, tuning::rerank_max_rise * e);
+            e = measured_[at(c)] ? e + tuning::rerank_estimate_weight * (m - e) : m;
+            measured_[at(c)] = true;
+        }
+        // Not yet run: assume the model is as far off for them as it is for the current pick.
+        if (measured_[at(current_)] && predicted_[at(current_)] > 0) {
+            const double scale = estimate_[at(current_)] / predicted_[at(current_)];
+            for (int c = 0; c < candidates; ++c)
+                if (available(c) && !measured_[at(c)]) estimate_[at(c)] = predicted_[at(c)] * scale;
+        }
+        int best = current_;
+        for (int c = 0; c < candidates; ++c)
+            if (available(c) && estimate_[at(c)] < estimate_[at(best)]) best = c;
+        if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) current_ = best;
+        const double allowed = tuning::rerank_review_overhead * std::max(estimate_[at(current_)], 1e-12);
+        const double calls = std::ceil(agreed.agreement_s / allowed);
+        review_every_ = static_cast<int>(std::clamp(calls, 1.0, static_cast<double>(s.max_review_calls)));
+        calls_in_window_ = 0;
+        for (auto& w : window_) w.clear();
+        fastest_agreement_s_ =
+            fastest_agreement_s_ > 0 ? std::min(fastest_agreement_s_, my_agreement_s) : my_agreement_s;
+    }
+
+    /// The candidate the last call ran.
+    [[nodiscard]] int last() const noexcept { return last_; }
+    [[nodiscard]] standing view() const { return {estimate_, current_, last_, review_every_}; }
+
+private:
+    [[nodiscard]] static std::size_t at(int c) noexcept { return static_cast<std::size_t>(c); }
+    [[nodiscard]] bool available(int c) const noexcept { return predicted_[at(c)] >= 0; }
+    /// The next candidate after the cursor, in turn, that is not the current pick; -1 when there is none.
+    [[nodiscard]] int next_runner_up() noexcept {
+        for (int i = 0; i < candidates; ++i) {
+            const int c = (cursor_ + i) % candidates;
+            if (c != current_ && available(c)) {
+                cursor_ = c;
+                return c;
+            }
+        }
+        return -1;
+    }
+
+    times predicted_;
+    times estimate_;
+    std::array<bool, candidates> measured_{};
+    std::array<std::vector<double>, candidates> window_;
+    std::vector<int> first_tries_;
+    std::size_t next_try_ = 0;
+    bool started_ = false;
+    int current_ = 0;
+    int last_ = 0;
+    int cursor_ = 0;
+    double credit_ = 0;
+    int calls_in_window_ = 0;
+    int review_every_ = 1;
+    double fastest_agreement_s_ = 0;  // this rank's fastest review so far (0: none yet)
+};
+
+}  // namespace hitch::allreduce::detail
