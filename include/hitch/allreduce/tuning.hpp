@@ -72,7 +72,7 @@ inline constexpr std::size_t decision_memo_capacity = 64;
 
 // ---- automatic: online re-ranking (allreduce/automatic/rerank.hpp) -----------------------------------------
 
-/// Default share of the calls' time spent running runners-up. Issue 16: on a busy dev-2c the profile's pick ran
+/// Default share of the calls' time spent running runners-up. On a busy 2-core host the profile's pick ran
 /// at 0.74-0.77 of the fastest schedule at 16 and 64 MiB, so a runner-up can be a third faster than the pick. At
 /// 2-3% automatic ran 5-10% slower than without exploring at 4 KiB over comm::mpi under a light load (a switch of
 /// schedule also costs the next calls their warm pipes and scratch); 1% still tries a runner-up 30% slower every
@@ -101,7 +101,7 @@ inline constexpr double rerank_estimate_weight = 0.5;
 /// 16 KiB-1 MiB took 50-200x their usual time (a rank preempted for a time slice), and one such sample had made a
 /// candidate look too slow to try again for thousands of calls.
 inline constexpr double rerank_max_rise = 2.0;
-/// The first calls of a size try once each the runners-up predicted within this factor of the pick. Issue 16's busy
+/// The first calls of a size try once each the runners-up predicted within this factor of the pick. A busy
 /// host made the profile's pick 1.3-1.35x slower than the fastest, and on dev-2c under a load average of 3.5 (other
 /// builds) MPI_Allreduce, predicted 2-4x slower than hitch's schedules at 4-64 MiB from a quiet profile, ran 1.1-2x
 /// faster than them: 4x covers every candidate but the slowest at a size, once per size.
