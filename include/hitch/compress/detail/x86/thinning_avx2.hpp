@@ -21,6 +21,7 @@ HITCH_TARGET_AVX2_INLINE __m256i pair_hashes8_avx2(__m256i counter, __m256i key,
     return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
 }
 
+/// The byte movemask, widened for shifting into the upper half of a 64-bit mask.
 HITCH_TARGET_AVX2_INLINE std::uint64_t byte_mask_avx2(__m256i x) {
     return static_cast<std::uint32_t>(_mm256_movemask_epi8(x));
 }
@@ -33,8 +34,8 @@ HITCH_TARGET_AVX2_INLINE std::uint64_t keep_mask_avx2(__m256i h, __m256i tie, __
 
 /// thin_kernel, 64 codes per step: four vectors of eight pair hashes, each read as sixteen 16-bit halves in element
 /// order, compared with T >> 7 (unsigned, by flipping the sign bits); their byte movemask has two bits per element,
-/// the code pair's mask itself. Halves equal to T >> 7 keep their codes for thin_ties. Counters first to first + n
-/// lie in one random-number block (below 2^16), so the pairs' counters are below 2^15.
+/// the code pair's mask itself. Halves equal to T >> 7 keep their codes for thin_ties. Counters first (even) to
+/// first + n lie in one random-number block (below 2^16), so the pairs' counters are below 2^15.
 HITCH_TARGET_AVX2 inline void thin_avx2(std::byte* codes, std::size_t n, std::uint32_t first, counter_rng rng,
                                         std::uint32_t threshold) {
     if (threshold >= (1u << 23)) return;  // every code survives
