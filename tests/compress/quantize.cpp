@@ -2,6 +2,7 @@
 // exact message sizes for both codings, identical code paths, error feedback, clipping, and refused messages.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -132,51 +133,93 @@ TEST_CASE("qsgd and terngrad: AVX-512, AVX2 and baseline builds give identical m
 
 TEST_CASE("terngrad's thinning: the AVX2 and AVX-512 kernels keep exactly the codes the portable kernel keeps",
           "[compress][terngrad]") {
-    // Every length from 0 to 300 (whole steps of 64 draws, the portable tail, words of codes that are all zero),
-    // several first counters and thresholds from nothing kept to everything kept.
-    std::vector<std::byte> codes(300 / 4 + 1);
-    std::uint64_t x = 7;
-    for (auto& c : codes) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        c = static_cast<std::byte>(x >> 56);
-    }
-    for (std::size_t i = 20; i < 28; ++i) codes[i] = std::byte{0};  // 32 zero codes: a step with nothing to thin
-    const hc::detail::counter_rng rng(hc::detail::draw_key(3, 1, 4));
-    for (const std::uint32_t threshold : {0u, 1u, 1u << 22, 8388607u, 8388608u})
-        for (const std::uint32_t first : {0u, 16u, 4096u, 65536u - 304u})  // counters stay in one block
-            for (std::size_t n = 0; n <= 300; n += (n < 140 ? 1 : 16)) {
-                std::vector<std::byte> portable(codes.begin(),
-                                                codes.begin() + static_cast<std::ptrdiff_t>((n + 3) / 4));
-                if (n % 4 != 0) portable.back() &= static_cast<std::byte>((1u << (2 * (n % 4))) - 1u);
-                auto wide = portable, widest = portable;
-                hc::detail::thin_kernel(portable.data(), n, first, rng, threshold);
-#if HITCH_COMPRESS_X86
-                if (hc::detail::cpu_has_avx2_set())
-                    hc::detail::thin_avx2(wide.data(), n, first, rng, threshold);
-                else
-                    wide = portable;
-                if (hc::detail::cpu_has_avx512_set())
-                    hc::detail::thin_avx512(widest.data(), n, first, rng, threshold);
-                else
-                    widest = portable;
-#else
-                wide = widest = portable;
-#endif
-                INFO("n " << n << " first " << first << " threshold " << threshold);
-                CHECK(wide == portable);
-                CHECK(widest == portable);
-                if (n == 300 && threshold == 1u << 22) {  // P(keep) = 1/2: about half the non-zero codes go
-                    const auto nonzero = [](const std::vector<std::byte>& c) {
-                        std::size_t k = 0;
-                        for (const std::byte b : c)
-                            for (unsigned j = 0; j < 8; j += 2) k += ((static_cast<unsigned>(b) >> j) & 3u) != 0;
-                        return k;
-                    };
-                    const std::size_t before = nonzero({codes.begin(), codes.begin() + 75}), after = nonzero(portable);
-                    CHECK(after > before * 3 / 10);
-                    CHECK(after < before * 7 / 10);
-                }
+    // Every length from 0 to 300 (whole steps of 64 codes, the portable tail, words of codes that are all zero),
+    // several first counters and thresholds from nothing kept to everything kept; dense codes, and sparse ones (one
+    // in 16 non-zero, as in a gradient with outliers) for steps with any number of draws, not only whole vectors.
+    for (const bool sparse : {false, true}) {
+        std::vector<std::byte> codes(300 / 4 + 1);
+        std::uint64_t x = sparse ? 11 : 7;
+        for (auto& c : codes) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned byte = static_cast<unsigned>(x >> 56);
+            if (sparse) {
+                byte = 0;
+                for (unsigned j = 0; j < 4; ++j)
+                    if (((x >> (40 + 4 * j)) & 15u) == 0)
+                        byte |= (2u | static_cast<unsigned>((x >> (20 + j)) & 1u)) << (2 * j);
             }
+            c = static_cast<std::byte>(byte);
+        }
+        for (std::size_t i = 20; i < 28; ++i) codes[i] = std::byte{0};  // 32 zero codes: a step with nothing to thin
+        const hc::detail::counter_rng rng(hc::detail::draw_key(3, 1, 4));
+        // The thresholds include ties: T >> 7 equal to the 16-bit half-draw of element 5 (odd: a high half) or
+        // 70 (even, in the second step of 64) of first = 4096, so the 7 more bits of the tie's draw decide.
+        std::vector<std::uint32_t> thresholds = {0u, 1u, 1u << 22, 8388607u, 8388608u};
+        for (const std::uint32_t e : {4096u + 5u, 4096u + 70u})
+            for (const std::uint32_t low : {0u, 64u, 127u})
+                thresholds.push_back(((rng.bits(e / 2) >> (16 * (e % 2))) & 0xffffu) << 7 | low);
+        for (const std::uint32_t threshold : thresholds)
+            for (const std::uint32_t first : {0u, 16u, 4096u, 65536u - 304u})  // counters stay in one block
+                for (std::size_t n = 0; n <= 300; n += (n < 140 ? 1 : 16)) {
+                    std::vector<std::byte> portable(codes.begin(),
+                                                    codes.begin() + static_cast<std::ptrdiff_t>((n + 3) / 4));
+                    if (n % 4 != 0) portable.back() &= static_cast<std::byte>((1u << (2 * (n % 4))) - 1u);
+                    auto wide = portable, widest = portable;
+                    hc::detail::thin_kernel(portable.data(), n, first, rng, threshold);
+#if HITCH_COMPRESS_X86
+                    if (hc::detail::cpu_has_avx2_set())
+                        hc::detail::thin_avx2(wide.data(), n, first, rng, threshold);
+                    else
+                        wide = portable;
+                    if (hc::detail::cpu_has_avx512_set())
+                        hc::detail::thin_avx512(widest.data(), n, first, rng, threshold);
+                    else
+                        widest = portable;
+#else
+                    wide = widest = portable;
+#endif
+                    INFO("n " << n << " first " << first << " threshold " << threshold);
+                    CHECK(wide == portable);
+                    CHECK(widest == portable);
+                    if (!sparse && n == 300 &&
+                        threshold == 1u << 22) {  // P(keep) = 1/2: about half the non-zero codes go
+                        const auto nonzero = [](const std::vector<std::byte>& c) {
+                            std::size_t k = 0;
+                            for (const std::byte b : c)
+                                for (unsigned j = 0; j < 8; j += 2) k += ((static_cast<unsigned>(b) >> j) & 3u) != 0;
+                            return k;
+                        };
+                        const std::size_t before = nonzero({codes.begin(), codes.begin() + 75}),
+                                          after = nonzero(portable);
+                        CHECK(after > before * 3 / 10);
+                        CHECK(after < before * 7 / 10);
+                    }
+                }
+    }
+}
+
+TEST_CASE("terngrad's thinning draw: a code survives iff its full 23-bit draw is below the threshold",
+          "[compress][terngrad]") {
+    // The reference computes both hashes of every draw, D = H << 7 | E; thin_keeps reads E only on a tie of H with
+    // T >> 7. D is uniform on [0, 2^23) (the halves of a bijective 32-bit hash), so P(keep) = T / 2^23 exactly.
+    const hc::detail::counter_rng rng(hc::detail::draw_key(9, 2, 6));
+    std::uint64_t x = 5;
+    std::size_t ties = 0;
+    for (std::uint32_t i = 0; i < 65536; i += 1 + (i % 7)) {
+        const unsigned shift = 16 * (i % 2);
+        const std::uint32_t h = (rng.bits(i / 2) >> shift) & 0xffffu;
+        const std::uint32_t draw = h << 7 | ((rng.bits(32768 + i / 2) >> shift) & 127u);
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        // Random thresholds, and ones that tie with the draw's high bits (below, at and above the draw).
+        for (const std::uint32_t t :
+             {static_cast<std::uint32_t>(x >> 41), draw, draw + 1, draw - std::min(draw, 1u), h << 7, h << 7 | 127u}) {
+            ties += (t >> 7) == h;
+            INFO("element " << i << " threshold " << t);
+            CHECK(hc::detail::thin_keeps(rng, i, t) == (draw < t));
+        }
+        CHECK(hc::detail::thin_keeps(rng, i, 1u << 23));
+    }
+    CHECK(ties > 1000);
 }
 
 TEST_CASE("qsgd and terngrad with error feedback conserve everything; different streams round differently",
