@@ -13,6 +13,7 @@
 #include <span>
 #include <string_view>
 
+#include "forwarding.hpp"
 #include "hitch/allreduce/transport/tags.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/core/clock.hpp"
@@ -42,55 +43,38 @@ struct rank_meter final : hitch::clock_source {
 };
 
 template <hitch::communicator C>
-class charged {
+class charged : public forwarding_communicator<charged<C>, C, rank_meter> {
+    using forwarding = forwarding_communicator<charged<C>, C, rank_meter>;
+
 public:
-    using request = typename C::request;
+    using forwarding::forwarding;
+    using forwarding::isend;
+    using typename forwarding::request;
     static constexpr bool shares_address_space = false;  // every byte goes through isend, where it is seen
     static constexpr std::string_view name = "charged";
 
-    charged(C inner, std::shared_ptr<rank_meter> meter) : inner_(std::move(inner)), meter_(std::move(meter)) {}
-
-    [[nodiscard]] int rank() const { return inner_.rank(); }
-    [[nodiscard]] int size() const { return inner_.size(); }
-    [[nodiscard]] int max_tag() const { return inner_.max_tag(); }
-    [[nodiscard]] hitch::seconds_f timeout() const { return inner_.timeout(); }
-    void set_timeout(hitch::seconds_f t) { inner_.set_timeout(t); }
-    [[nodiscard]] const hitch::clock_source& clock() const noexcept { return *meter_; }
+    [[nodiscard]] const hitch::clock_source& clock() const noexcept { return *this->shared_; }
 
     template <class T>
     [[nodiscard]] request isend(std::span<const T> data, int peer, int tag) {
         // A call's messages use tags base + 64 w + channel (allreduce/transport/tags.hpp); below base are the
         // agreement's, which belong to no schedule.
-        const int base = hitch::collective_tag_base(inner_) + hitch::allreduce::first_call_tag_offset;
+        rank_meter& m = *this->shared_;
+        const int base = hitch::collective_tag_base(this->inner_) + hitch::allreduce::first_call_tag_offset;
         if (tag >= base) {
             const std::int64_t call = (tag - base) / hitch::allreduce::channels_per_call;
-            if (call != meter_->last_call) {
-                meter_->last_call = call;
-                meter_->last = {(tag - base) % hitch::allreduce::channels_per_call,
-                                static_cast<std::int64_t>(data.size_bytes())};
-                if (meter_->charging) {
-                    const double s = meter_->last == meter_->marked ? meter_->marked_s : meter_->other_s;
-                    meter_->charged_ns += static_cast<long long>(s * 1e9);
+            if (call != m.last_call) {
+                m.last_call = call;
+                m.last = {(tag - base) % hitch::allreduce::channels_per_call,
+                          static_cast<std::int64_t>(data.size_bytes())};
+                if (m.charging) {
+                    const double s = m.last == m.marked ? m.marked_s : m.other_s;
+                    m.charged_ns += static_cast<long long>(s * 1e9);
                 }
             }
         }
-        return inner_.isend(data, peer, tag);
+        return this->inner_.isend(data, peer, tag);
     }
-    template <class T>
-    [[nodiscard]] request isend(std::span<T> data, int peer, int tag) {
-        return isend(std::span<const T>(data), peer, tag);
-    }
-    template <class T>
-    [[nodiscard]] request irecv(std::span<T> data, int peer, int tag) {
-        return inner_.irecv(data, peer, tag);
-    }
-    [[nodiscard]] hitch::message_info probe(int peer, int tag) { return inner_.probe(peer, tag); }
-    void barrier() { inner_.barrier(); }
-    [[nodiscard]] charged split(int color, int key) { return charged(inner_.split(color, key), meter_); }
-
-private:
-    C inner_;
-    std::shared_ptr<rank_meter> meter_;
 };
 
 }  // namespace hitch_test

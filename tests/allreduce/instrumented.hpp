@@ -9,6 +9,7 @@
 #include <span>
 #include <string_view>
 
+#include "forwarding.hpp"
 #include "hitch/concepts/communicator.hpp"
 
 namespace hitch_test {
@@ -23,44 +24,24 @@ struct traffic_counters {
 };
 
 template <hitch::communicator C>
-class instrumented {
+class instrumented : public forwarding_communicator<instrumented<C>, C, traffic_counters> {
+    using forwarding = forwarding_communicator<instrumented<C>, C, traffic_counters>;
+
 public:
-    using request = typename C::request;
+    using forwarding::forwarding;
+    using forwarding::isend;
+    using typename forwarding::request;
     static constexpr bool shares_address_space = false;  // count real messages, not direct descriptors
-
-    instrumented(C inner, std::shared_ptr<traffic_counters> counters)
-        : inner_(std::move(inner)), counters_(std::move(counters)) {}
-
-    [[nodiscard]] int rank() const { return inner_.rank(); }
-    [[nodiscard]] int size() const { return inner_.size(); }
-    [[nodiscard]] int max_tag() const { return inner_.max_tag(); }
     static constexpr std::string_view name = "instrumented";
-    [[nodiscard]] hitch::seconds_f timeout() const { return inner_.timeout(); }
-    void set_timeout(hitch::seconds_f t) { inner_.set_timeout(t); }
 
     template <class T>
     [[nodiscard]] request isend(std::span<const T> data, int peer, int tag) {
-        counters_->messages += 1;
-        counters_->bytes += static_cast<long long>(data.size_bytes());
-        return inner_.isend(data, peer, tag);
+        this->shared_->messages += 1;
+        this->shared_->bytes += static_cast<long long>(data.size_bytes());
+        return this->inner_.isend(data, peer, tag);
     }
-    template <class T>
-    [[nodiscard]] request isend(std::span<T> data, int peer, int tag) {
-        return isend(std::span<const T>(data), peer, tag);
-    }
-    template <class T>
-    [[nodiscard]] request irecv(std::span<T> data, int peer, int tag) {
-        return inner_.irecv(data, peer, tag);
-    }
-    [[nodiscard]] hitch::message_info probe(int peer, int tag) { return inner_.probe(peer, tag); }
-    void barrier() { inner_.barrier(); }
-    [[nodiscard]] instrumented split(int color, int key) { return instrumented(inner_.split(color, key), counters_); }
 
-    [[nodiscard]] traffic_counters& counters() { return *counters_; }
-
-private:
-    C inner_;
-    std::shared_ptr<traffic_counters> counters_;
+    [[nodiscard]] traffic_counters& counters() { return *this->shared_; }
 };
 
 }  // namespace hitch_test
