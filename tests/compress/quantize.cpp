@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "helpers.hpp"
+#include "hitch/compress/detail/pack.hpp"
 #include "hitch/compress/detail/quantize.hpp"
 #include "hitch/compress/error_feedback.hpp"
 #include "hitch/compress/qsgd.hpp"
@@ -195,6 +196,34 @@ TEST_CASE("terngrad's thinning: the AVX2 and AVX-512 kernels keep exactly the co
                         CHECK(after < before * 7 / 10);
                     }
                 }
+    }
+}
+
+TEST_CASE("packing 2-bit and 4-bit codes: the AVX2 kernels write the portable loops' bytes at every length",
+          "[compress][qsgd][terngrad]") {
+    std::vector<std::uint8_t> codes(1200);
+    std::uint32_t x = 12345;
+    for (auto& c : codes) {
+        x = x * 1664525u + 1013904223u;
+        c = static_cast<std::uint8_t>(x >> 24);
+    }
+    for (const unsigned b : {2u, 4u}) {
+        std::vector<std::uint8_t> limited(codes.size());
+        for (std::size_t i = 0; i < codes.size(); ++i)
+            limited[i] = static_cast<std::uint8_t>(codes[i] & ((1u << b) - 1u));
+        for (std::size_t n = 0; n <= codes.size(); n += n < 300 ? 1 : 97) {
+            const std::size_t bytes = hc::detail::code_bytes(n, b);
+            // A guard byte past the end must stay untouched.
+            std::vector<std::byte> portable(bytes + 1, std::byte{0x5a}), wide(bytes + 1, std::byte{0x5a});
+            hc::detail::pack_codes(limited.data(), n, b, portable.data());
+            hc::detail::pack_codes(limited.data(), n, b, wide.data(), hc::detail::best_isa());
+            INFO("b " << b << " n " << n << " tier " << static_cast<int>(hc::detail::best_isa()));
+            CHECK(wide == portable);
+            // And the portable loops pack what the format says: code i at bits [i b, (i + 1) b).
+            std::vector<std::uint8_t> back(n);
+            hc::detail::unpack_codes(portable.data(), n, b, back.data());
+            CHECK(std::equal(back.begin(), back.end(), limited.begin()));
+        }
     }
 }
 

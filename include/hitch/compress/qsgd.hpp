@@ -32,6 +32,7 @@
 #include "hitch/compress/detail/codec.hpp"
 #include "hitch/compress/detail/elias_gamma.hpp"
 #include "hitch/compress/detail/moments.hpp"
+#include "hitch/compress/detail/pack.hpp"
 #include "hitch/compress/detail/parallel.hpp"
 #include "hitch/compress/detail/quantize.hpp"
 #include "hitch/compress/detail/random.hpp"
@@ -195,7 +196,10 @@ private:
         std::vector<unsigned char> finite(g_count, 1);
         // Whole groups per chunk (groups are independent; an element's rounding depends only on its index), each
         // chunk with one dispatch: moments, quantisation and packing of a group inlined together.
-        detail::for_chunks(n, size == 0 ? 1 : size, options_.parallel, [&](std::size_t lo, std::size_t hi) {
+        // Fixed coding checksums each group's packed codes while they are in cache.
+        const detail::chunk_plan plan = detail::plan_chunks(n, size == 0 ? 1 : size, options_.parallel);
+        detail::chunk_checksums sums(plan.count);
+        detail::run_chunks(plan, [&](std::size_t chunk, std::size_t lo, std::size_t hi) {
             std::vector<Code> local(fixed ? std::min(size, hi - lo) : 0);
             const auto groups_loop = [&]() HITCH_COMPRESS_INLINE_LAMBDA {
                 for (std::size_t begin = lo; begin < hi; begin += size) {
@@ -222,9 +226,16 @@ private:
                         norm > 0.0f ? static_cast<float>(static_cast<double>(options_.levels) / norm) : 0.0f,
                         norm / levels, levels, static_cast<std::int32_t>(options_.levels), 0.0f};
                     Code* c = fixed ? local.data() : codes.data() + begin;
+                    // The floats two groups on are prefetched while this one is quantised (from cache), so the
+                    // memory works while the quantiser computes.
+                    const float* ahead = begin + 3 * len <= hi ? g + begin + 2 * len : nullptr;
                     detail::quantize<EF, false>(g + begin, EF ? r_in + begin : nullptr, EF ? r_out + begin : nullptr,
-                                                len, begin, base, q, c, tier);
-                    if (fixed) detail::pack_codes(c, len, b, p + front + begin * b / 8);
+                                                len, begin, base, q, c, tier, ahead);
+                    if (fixed) {
+                        std::byte* packed = p + front + begin * b / 8;
+                        detail::pack_codes(c, len, b, packed, tier);
+                        sums.add(chunk, packed, detail::code_bytes(begin + len, b) - begin * b / 8);
+                    }
                 }
             };
             detail::run_wide(groups_loop);
@@ -234,7 +245,8 @@ private:
         ++s.step;
         if (fixed) {
             write_front(p, size >= n ? 0 : size);
-            return w->finish(front + detail::code_bytes(n, b));
+            return w->finish_with_payload_crc(front + detail::code_bytes(n, b),
+                                              sums.combined(std::span<const std::byte>(p, front)));
         }
         // Elias: the size first, then the stream.
         std::size_t nnz = 0, bits = 0, prev = 0;  // prev: index + 1 of the previous non-zero level

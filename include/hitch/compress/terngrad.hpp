@@ -17,6 +17,7 @@
 // [2i, 2i + 2) least significant first: 00 zero, 10 +s_t, 11 -s_t (01 is corrupt).
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,7 @@
 #include "hitch/compress/detail/bitstream.hpp"
 #include "hitch/compress/detail/codec.hpp"
 #include "hitch/compress/detail/moments.hpp"
+#include "hitch/compress/detail/pack.hpp"
 #include "hitch/compress/detail/quantize.hpp"
 #include "hitch/compress/detail/random.hpp"
 #include "hitch/compress/tuning.hpp"
@@ -162,16 +164,19 @@ private:
                     const std::size_t seg_end = std::min(hi, seg + segment);
                     for (std::size_t begin = seg; begin < seg_end; begin += step_block) {
                         const std::size_t len = std::min(step_block, seg_end - begin);
-                        detail::group_moments mo;
-                        detail::moments_kernel<false, false, false>(g + begin, nullptr, len, mo);
-                        if (!mo.finite) finite[seg / segment] = 0;
-                        r = mo.max_abs > r ? mo.max_abs : r;
+                        const std::uint32_t top = detail::max_abs_bits(g + begin, len);
+                        if (top >= detail::infinity_bits) finite[seg / segment] = 0;
+                        const float max_abs = std::bit_cast<float>(top);
+                        r = max_abs > r ? max_abs : r;
                         running[begin / step_block] = r;
                         const detail::quantizer q{r > 0.0f ? 1.0f / r : 0.0f, r, 1.0f, 1,
                                                   std::numeric_limits<float>::infinity()};
+                        // The next step's floats are prefetched while this one is quantised (from L1), so the
+                        // memory works in both halves of the step rather than only in the maximum's.
+                        const float* ahead = begin + 2 * len <= hi ? g + begin + len : nullptr;
                         detail::quantize<false, false>(g + begin, nullptr, nullptr, len, begin, base, q, codes.data(),
-                                                       tier);
-                        detail::pack_codes(codes.data(), len, 2, p + 8 + begin / 4);
+                                                       tier, ahead);
+                        detail::pack_codes(codes.data(), len, 2, p + 8 + begin / 4, tier);
                     }
                 }
             });
@@ -180,23 +185,27 @@ private:
         const float scale = running.empty() ? 0.0f : *std::max_element(running.begin(), running.end());
         wire::store_le(p, scale);
         wire::store_le<std::uint32_t>(p + 4, 0);
-        if (scale > 0.0f) {
-            const detail::counter_rng thin_base(detail::draw_key(options_.seed ^ thinning_stream, s.stream, s.step));
-            detail::for_chunks(n, step_block, options_.parallel, [&](std::size_t lo, std::size_t hi) {
-                detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
-                    for (std::size_t begin = lo; begin < hi; begin += step_block) {
-                        const float r = running[begin / step_block];
-                        if (r == scale) continue;
+        // Thinning, and the checksum of each step's codes while they are in cache.
+        const detail::counter_rng thin_base(detail::draw_key(options_.seed ^ thinning_stream, s.stream, s.step));
+        const detail::chunk_plan plan = detail::plan_chunks(n, step_block, options_.parallel);
+        detail::chunk_checksums sums(plan.count);
+        detail::run_chunks(plan, [&](std::size_t c, std::size_t lo, std::size_t hi) {
+            detail::run_wide([&]() HITCH_COMPRESS_INLINE_LAMBDA {
+                for (std::size_t begin = lo; begin < hi; begin += step_block) {
+                    const std::size_t len = std::min(step_block, hi - begin);
+                    std::byte* codes = p + 8 + begin / 4;
+                    const float r = running[begin / step_block];
+                    if (scale > 0.0f && r != scale) {
                         // P(keep) = floor(2^23 R_b / S) / 2^23 (R_b / S < 1 here; R_b = 0 left nothing to keep).
                         const auto threshold = static_cast<std::uint32_t>((r / scale) * 8388608.0f);
-                        detail::thin(p + 8 + begin / 4, std::min(step_block, hi - begin), begin, thin_base, threshold,
-                                     tier);
+                        detail::thin(codes, len, begin, thin_base, threshold, tier);
                     }
-                });
+                    sums.add(c, codes, detail::code_bytes(len, 2));
+                }
             });
-        }
+        });
         ++s.step;
-        return w.finish(payload);
+        return w.finish_with_payload_crc(payload, sums.combined(std::span<const std::byte>(p, 8)));
     }
 
     template <bool EF>
@@ -239,7 +248,7 @@ private:
                         detail::quantize<EF, true>(gb, rb, ob, len, begin, base, q, codes.data(), tier);
                     else
                         detail::quantize<EF, false>(gb, rb, ob, len, begin, base, q, codes.data(), tier);
-                    detail::pack_codes(codes.data(), len, 2, p + 8 + begin / 4);
+                    detail::pack_codes(codes.data(), len, 2, p + 8 + begin / 4, tier);
                 }
             });
         });

@@ -198,6 +198,28 @@ std::pair<bool, std::uint32_t> convert_and_checksum(std::size_t n, std::size_t w
     return {ok, total};
 }
 
+/// The raw CRC32C of a payload written chunk by chunk (one chunk per plan chunk, each chunk's bytes contiguous and
+/// the chunks in order): each chunk checksums its bytes while they are in cache, then the states are combined.
+class chunk_checksums {
+public:
+    explicit chunk_checksums(std::size_t chunks) : raw_(chunks, 0), bytes_(chunks, 0) {}
+    /// Appends [p, p + n) to chunk c's bytes (called by chunk c's thread only, its pieces in order).
+    void add(std::size_t c, const std::byte* p, std::size_t n) {
+        raw_[c] = crc32c_update(raw_[c], std::span<const std::byte>(p, n));
+        bytes_[c] += n;
+    }
+    /// The raw state (from zero) of `head` followed by every chunk's bytes.
+    [[nodiscard]] std::uint32_t combined(std::span<const std::byte> head = {}) const {
+        std::uint32_t total = crc32c_update(0, head);
+        for (std::size_t c = 0; c < raw_.size(); ++c) total = crc32c_shift_bytes(total, bytes_[c]) ^ raw_[c];
+        return total;
+    }
+
+private:
+    std::vector<std::uint32_t> raw_;
+    std::vector<std::size_t> bytes_;
+};
+
 /// State blobs of codecs whose state is a few counters (steps, streams): the counters as u64, in order.
 template <std::size_t N>
 void save_counters(std::uint8_t codec, std::size_t count, const std::array<std::uint64_t, N>& values,

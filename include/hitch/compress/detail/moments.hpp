@@ -3,6 +3,7 @@
 // finiteness of v = g (+ r), in a fixed summation order, so every build and thread count gives the same bits.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -87,6 +88,30 @@ HITCH_COMPRESS_ALWAYS_INLINE void moments_kernel(const float* g, const float* r,
         out.sum_squares += dq[0];
     }
 }
+
+/// The largest |g[i]| over n elements as its float bits, by an integer maximum over the bits with the sign cleared
+/// (for non-negative floats the order of the bits is the order of the values): a NaN or an infinity gives bits
+/// >= 0x7f800000, so one pass finds both the maximum and whether every element is finite.
+HITCH_COMPRESS_ALWAYS_INLINE std::uint32_t max_abs_bits(const float* g, std::size_t n) {
+    constexpr std::size_t L = moment_lanes;
+    std::uint32_t m[L] = {};
+    std::size_t i = 0;
+    for (; i + L <= n; i += L)
+        for (std::size_t j = 0; j < L; ++j) {
+            const std::uint32_t a = std::bit_cast<std::uint32_t>(g[i + j]) & 0x7fffffffu;
+            m[j] = a > m[j] ? a : m[j];
+        }
+    for (std::size_t j = 0; i < n; ++i, ++j) {
+        const std::uint32_t a = std::bit_cast<std::uint32_t>(g[i]) & 0x7fffffffu;
+        m[j] = a > m[j] ? a : m[j];
+    }
+    std::uint32_t out = 0;
+    for (std::size_t j = 0; j < L; ++j) out = m[j] > out ? m[j] : out;
+    return out;
+}
+
+/// Bits of float infinity: max_abs_bits at or above it means a non-finite element.
+inline constexpr std::uint32_t infinity_bits = 0x7f800000u;
 
 /// The moments of v = g (+ r) over n elements. Squares/Sum/Max select what is computed; without Max the
 /// finiteness check rests on the sums (NaN and infinities propagate into them; a sum of squares beyond float's

@@ -20,11 +20,13 @@ namespace hitch::compress::detail {
 HITCH_COMPRESS_STRICT_FP_BEGIN
 /// Quantises [begin, begin + n) of a bucket (indices global, for the random numbers) into codes[0, n); with EF
 /// also writes r_out = v - decoded. `tier` (decided once per encode) picks the AVX-512 or AVX2 intrinsics kernel
-/// for byte codes; otherwise the generic kernel runs, vectorised by whichever build the caller runs in.
+/// for byte codes; otherwise the generic kernel runs, vectorised by whichever build the caller runs in. `ahead`,
+/// if given, is n floats the caller reads next: the intrinsics kernels prefetch them as they go, so the memory
+/// works while they compute.
 template <bool EF, bool Clip, class Code>
 HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, float* r_out, std::size_t n,
                                            std::size_t begin, const counter_rng& base, const quantizer& q, Code* codes,
-                                           [[maybe_unused]] isa tier) {
+                                           [[maybe_unused]] isa tier, [[maybe_unused]] const float* ahead = nullptr) {
     for_rng_blocks(begin, n, base,
                    [&](std::size_t done, std::size_t len, std::uint32_t first, const counter_rng& rng)
                        HITCH_COMPRESS_INLINE_LAMBDA {
@@ -32,20 +34,21 @@ HITCH_COMPRESS_ALWAYS_INLINE void quantize(const float* g, const float* r_in, fl
                            const float* rp = EF ? r_in + done : r_in;
                            float* op = EF ? r_out + done : r_out;
                            Code* cp = codes + done;
+                           [[maybe_unused]] const float* ap = ahead != nullptr ? ahead + done : nullptr;
 #if HITCH_COMPRESS_X86
                            if constexpr (sizeof(Code) == 1) {
                                if (tier == isa::avx512) {
                                    if (q.levels == 1)
-                                       quantize_avx512<EF, Clip, true>(gp, rp, op, len, first, rng, q, cp);
+                                       quantize_avx512<EF, Clip, true>(gp, rp, op, len, first, rng, q, cp, ap);
                                    else
-                                       quantize_avx512<EF, Clip, false>(gp, rp, op, len, first, rng, q, cp);
+                                       quantize_avx512<EF, Clip, false>(gp, rp, op, len, first, rng, q, cp, ap);
                                    return;
                                }
                                if (tier == isa::avx2) {
                                    if (q.levels == 1)
-                                       quantize_avx2<EF, Clip, true>(gp, rp, op, len, first, rng, q, cp);
+                                       quantize_avx2<EF, Clip, true>(gp, rp, op, len, first, rng, q, cp, ap);
                                    else
-                                       quantize_avx2<EF, Clip, false>(gp, rp, op, len, first, rng, q, cp);
+                                       quantize_avx2<EF, Clip, false>(gp, rp, op, len, first, rng, q, cp, ap);
                                    return;
                                }
                            }

@@ -84,10 +84,11 @@ HITCH_TARGET_AVX512_INLINE __m512i quantize16_avx512_any(const quantize_avx512_c
 }
 
 /// The same computation as quantize_kernel, 64 elements per step (four vectors packed to bytes together).
+/// With `ahead`, the n floats there are prefetched, four cache lines per step.
 template <bool EF, bool Clip, bool Binary>
 HITCH_TARGET_AVX512 inline void quantize_avx512(const float* g, const float* r_in, float* r_out, std::size_t n,
-                                                std::uint32_t first, counter_rng rng, quantizer q,
-                                                std::uint8_t* codes) {
+                                                std::uint32_t first, counter_rng rng, quantizer q, std::uint8_t* codes,
+                                                const float* ahead = nullptr) {
     const std::uint32_t k0 = rng.key0();
     const quantize_avx512_constants k{_mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)),
                                       _mm512_set1_ps(q.clip),
@@ -110,6 +111,9 @@ HITCH_TARGET_AVX512 inline void quantize_avx512(const float* g, const float* r_i
                                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     std::size_t i = 0;
     for (; i + 64 <= n; i += 64) {
+        if (ahead != nullptr)
+            for (std::size_t line = 0; line < 64; line += 16)
+                _mm_prefetch(reinterpret_cast<const char*>(ahead + i + line), _MM_HINT_T0);
         __m512i c[4];
         for (std::size_t j = 0; j < 4; ++j) {
             const std::size_t at = i + 16 * j;

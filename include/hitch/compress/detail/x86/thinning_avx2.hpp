@@ -53,6 +53,9 @@ HITCH_TARGET_AVX2 inline void thin_avx2(std::byte* codes, std::size_t n, std::ui
     constexpr std::uint64_t low_bits = 0x5555555555555555ull;
     std::size_t i = 0;
     for (; i + 64 <= n; i += 64) {
+        // The codes 1024 elements ahead (a cache line every fourth step), so their reads overlap the hashing.
+        if (i % 256 == 0 && i + 1024 < n)
+            _mm_prefetch(reinterpret_cast<const char*>(codes + (i + 1024) / 4), _MM_HINT_T0);
         std::uint64_t word[2];
         std::memcpy(word, codes + i / 4, 16);
         if ((word[0] | word[1]) == 0) {  // nothing to thin (the counters still advance)
