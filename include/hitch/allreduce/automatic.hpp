@@ -324,24 +324,25 @@ private:
         std::shared_ptr<automatic_profile> measured;  // the group's profile, when these options use one
         {
             std::lock_guard lock(state.m);
+            const detail::hot_slots& hot = detail::hot_view(state.slots);
             if (options_.constants) {
                 k = *options_.constants;
             } else {
                 if (!state.constants) return {};
                 k = *state.constants;
-                measured = state.slots.find(detail::automatic_profile_slot);
-                if (measured) {
-                    if (measured->outgrown_by(n_bytes)) return {};
-                    if (!record_->known.load(std::memory_order_acquire)) profile = measured;
+                if (hot.measured) {
+                    if (hot.measured->outgrown_by(n_bytes)) return {};
+                    if (!record_->known.load(std::memory_order_acquire)) profile = hot.measured;
                 }
             }
-            if (auto memo = state.slots.find(detail::automatic_decisions_slot)) {
+            if (hot.memo) {
                 if (auto* const d =
-                        static_cast<memo_type*>(memo.get())->find(options_, p, n_bytes, k, measured.get())) {
+                        static_cast<memo_type*>(hot.memo.get())->find(options_, p, n_bytes, k, hot.measured.get())) {
                     if (!record_->known.load(std::memory_order_acquire)) record_->note(k, profile);
-                    return settle(*d, std::move(memo), planning);
+                    return settle(*d, hot.memo, planning);
                 }
             }
+            measured = hot.measured;
         }
         if (!options_.constants && !profile) profile = measured_profile(state);
         record_->note(k, profile);

@@ -125,9 +125,18 @@ auto allreduce_call(group<C>& g, tensor_view<T> data, reduce_op op, const Schedu
     static_assert(check_schedule<Schedule, C>());
     require_host(data, "allreduce");
     require_op(op, "allreduce");
-    return issue<Async>(
-        g, options, [=] { return describe<T>(operation::allreduce, data.size(), op, -1, Schedule::name, options); },
-        [=](transport<C>& t, const call_descriptor&) { schedule.run(t, std::span<T>(data.data(), data.size()), op); });
+    const auto what = [=] { return describe<T>(operation::allreduce, data.size(), op, -1, Schedule::name, options); };
+    if constexpr (Async) {
+        // The call may outlive the caller's schedule object: it keeps a copy.
+        return issue<true>(g, options, what, [=](transport<C>& t, const call_descriptor&) {
+            schedule.run(t, std::span<T>(data.data(), data.size()), op);
+        });
+    } else {
+        // Runs before this returns: the caller's schedule is used as it is (automatic's copy is not free).
+        issue<false>(g, options, what, [&schedule, data, op](transport<C>& t, const call_descriptor&) {
+            schedule.run(t, std::span<T>(data.data(), data.size()), op);
+        });
+    }
 }
 
 template <bool Async, communicator C, floating_element T>

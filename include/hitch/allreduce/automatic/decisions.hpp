@@ -4,7 +4,9 @@
 // are agreed when measured or loaded), so every rank remembers the same choices. Each keeps its size's online
 // ranking (rerank.hpp), which changes only with agreed summaries, so it too is the same on every rank.
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -64,5 +66,37 @@ struct decision_memo : decision_memo_slot {
 /// constants, profile and choices change together.
 inline constexpr slot_key<automatic_profile> automatic_profile_slot{"automatic/profile"};
 inline constexpr slot_key<decision_memo_slot> automatic_decisions_slot{"automatic/decisions"};
+
+/// One thread's view of a group's two automatic slots, refreshed only when the group's slot store changed (its
+/// version), so a call of a remembered size finds them without the store's lock and map.
+struct hot_slots {
+    const slot_store* store = nullptr;
+    std::uint64_t version = 0;
+    std::shared_ptr<automatic_profile> measured;
+    std::shared_ptr<decision_memo_slot> memo;
+};
+
+/// This thread's view of `slots` (a few groups are kept, the oldest replaced). Called under the group state's
+/// mutex, which every writer of these slots holds; the version is read before the slots, so a view never
+/// outlives a change unnoticed.
+inline const hot_slots& hot_view(const slot_store& slots) {
+    constexpr std::size_t ways = 4;
+    thread_local std::array<hot_slots, ways> views;
+    thread_local std::size_t next = 0;
+    const std::uint64_t version = slots.version();
+    for (auto& v : views)
+        if (v.store == &slots) {
+            if (v.version != version) {
+                v.measured = slots.find(automatic_profile_slot);
+                v.memo = slots.find(automatic_decisions_slot);
+                v.version = version;
+            }
+            return v;
+        }
+    hot_slots& v = views[next];
+    next = (next + 1) % ways;
+    v = {&slots, version, slots.find(automatic_profile_slot), slots.find(automatic_decisions_slot)};
+    return v;
+}
 
 }  // namespace hitch::allreduce::detail

@@ -3,7 +3,9 @@
 // for objects schedules build once per communicator (hierarchical's sub-communicators, automatic's measurements).
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -130,7 +132,11 @@ public:
     void put(slot_key<T> key, std::shared_ptr<T> object) {
         std::lock_guard lock(m_);
         objects_.insert_or_assign(owned{tag_of<T>(), std::string(key.name)}, std::move(object));
+        version_.store(next_version(), std::memory_order_release);
     }
+    /// Changes whenever an object is stored or erased, and differs between stores (a process-wide counter): a
+    /// reader that cached what find() gave may keep using it while the version it saw is still the store's.
+    [[nodiscard]] std::uint64_t version() const noexcept { return version_.load(std::memory_order_acquire); }
     /// The object under `key`, made by `make()` (returning std::shared_ptr<T>) on first use. make() runs outside the
     /// lock, so it may run collectives: every rank reaches the same first use in the same call.
     template <class T, class Make>
@@ -138,16 +144,24 @@ public:
         if (auto found = find(key)) return found;
         std::shared_ptr<T> made = make();
         std::lock_guard lock(m_);
-        return std::static_pointer_cast<T>(
-            objects_.emplace(owned{tag_of<T>(), std::string(key.name)}, std::move(made)).first->second);
+        const auto [it, inserted] = objects_.emplace(owned{tag_of<T>(), std::string(key.name)}, std::move(made));
+        if (inserted) version_.store(next_version(), std::memory_order_release);
+        return std::static_pointer_cast<T>(it->second);
     }
     template <class T>
     void erase(slot_key<T> key) {
         std::lock_guard lock(m_);
-        if (const auto it = objects_.find(index{tag_of<T>(), key.name}); it != objects_.end()) objects_.erase(it);
+        if (const auto it = objects_.find(index{tag_of<T>(), key.name}); it != objects_.end()) {
+            objects_.erase(it);
+            version_.store(next_version(), std::memory_order_release);
+        }
     }
 
 private:
+    static std::uint64_t next_version() noexcept {
+        static std::atomic<std::uint64_t> counter{0};
+        return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+    }
     template <class T>
     static const void* tag_of() noexcept {
         static constexpr char tag = 0;  // one address per type
@@ -165,6 +179,7 @@ private:
     };
     mutable std::mutex m_;
     std::map<owned, std::shared_ptr<void>, order> objects_;
+    std::atomic<std::uint64_t> version_{next_version()};
 };
 
 }  // namespace hitch::allreduce
