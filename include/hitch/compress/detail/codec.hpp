@@ -199,25 +199,45 @@ std::pair<bool, std::uint32_t> convert_and_checksum(std::size_t n, std::size_t w
 }
 
 /// The raw CRC32C of a payload written chunk by chunk (one chunk per plan chunk, each chunk's bytes contiguous and
-/// the chunks in order): each chunk checksums its bytes while they are in cache, then the states are combined.
+/// the chunks in order): each chunk checksums its bytes while they are in cache, a few KiB at a time (pieces too
+/// short for the checksum's three interleaved streams are joined first), then the states are combined.
 class chunk_checksums {
 public:
-    explicit chunk_checksums(std::size_t chunks) : raw_(chunks, 0), bytes_(chunks, 0) {}
+    explicit chunk_checksums(std::size_t chunks) : chunks_(chunks) {}
     /// Appends [p, p + n) to chunk c's bytes (called by chunk c's thread only, its pieces in order).
     void add(std::size_t c, const std::byte* p, std::size_t n) {
-        raw_[c] = crc32c_update(raw_[c], std::span<const std::byte>(p, n));
-        bytes_[c] += n;
+        chunk& x = chunks_[c];
+        if (x.end != p) x.flush();  // not contiguous with what is pending
+        if (x.begin == nullptr || x.begin == x.end) x.begin = p;
+        x.end = p + n;
+        if (static_cast<std::size_t>(x.end - x.begin) >= batch_bytes) x.flush();
     }
     /// The raw state (from zero) of `head` followed by every chunk's bytes.
-    [[nodiscard]] std::uint32_t combined(std::span<const std::byte> head = {}) const {
+    [[nodiscard]] std::uint32_t combined(std::span<const std::byte> head = {}) {
         std::uint32_t total = crc32c_update(0, head);
-        for (std::size_t c = 0; c < raw_.size(); ++c) total = crc32c_shift_bytes(total, bytes_[c]) ^ raw_[c];
+        for (chunk& x : chunks_) {
+            x.flush();
+            total = crc32c_shift_bytes(total, x.bytes) ^ x.raw;
+        }
         return total;
     }
 
 private:
-    std::vector<std::uint32_t> raw_;
-    std::vector<std::size_t> bytes_;
+    static constexpr std::size_t batch_bytes = 4 * hitch::detail::crc32c_stream_bytes;
+    struct chunk {
+        std::uint32_t raw = 0;
+        std::size_t bytes = 0;
+        const std::byte* begin = nullptr;
+        const std::byte* end = nullptr;
+        void flush() {
+            if (begin == end) return;
+            const auto n = static_cast<std::size_t>(end - begin);
+            raw = crc32c_update(raw, std::span<const std::byte>(begin, n));
+            bytes += n;
+            begin = end;
+        }
+    };
+    std::vector<chunk> chunks_;
 };
 
 /// State blobs of codecs whose state is a few counters (steps, streams): the counters as u64, in order.
