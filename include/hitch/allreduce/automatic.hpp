@@ -267,7 +267,7 @@ private:
         if (!plan.step.review) return;
         const detail::review_summary mine = plan.online->summary();
         const auto agreement_start = now_on(t.comm());
-        const detail::review_summary agreed = detail::agree_review(t.comm(), mine);
+        const detail::review_summary agreed = detail::agree_review_on_call(t, recursive_doubling_, mine);
         const double agreement_s = seconds_since(agreement_start);
         std::lock_guard lock(t.state().m);
         plan.online->review(agreed, rerank_settings(), agreement_s);

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <span>
 #include <type_traits>
 #include <vector>
 
 #include "hitch/allreduce/automatic/profile.hpp"
 #include "hitch/allreduce/cost.hpp"
+#include "hitch/allreduce/transport.hpp"
 #include "hitch/comm/agree.hpp"
 
 namespace hitch::allreduce::detail {
@@ -62,6 +64,23 @@ template <class C>
             agreed.median[c] = std::max(agreed.median[c], o.median[c]);
         agreed.agreement_s = std::max(agreed.agreement_s, o.agreement_s);
     }
+    return agreed;
+}
+
+/// agree_review by a small all-reduce (the maximum of each field) with `schedule` on a call's own transport: the
+/// same path as the calls it reviews (shared memory where they have it), where an all-gather of point-to-point
+/// messages waited out a time slice when the host was busy.
+template <communicator C, class Schedule>
+[[nodiscard]] review_summary agree_review_on_call(transport<C>& t, const Schedule& schedule,
+                                                  const review_summary& mine) {
+    constexpr std::size_t n = automatic_profile::candidates;
+    std::array<double, n + 1> v{};
+    std::copy(mine.median.begin(), mine.median.end(), v.begin());
+    v[n] = mine.agreement_s;
+    schedule.run(t, std::span<double>(v), reduce_op::max);
+    review_summary agreed;
+    std::copy(v.begin(), v.begin() + n, agreed.median.begin());
+    agreed.agreement_s = v[n];
     return agreed;
 }
 

@@ -81,7 +81,8 @@ public:
                 if (credit_ >= cost) {
                     pick = c;
                     credit_ -= cost;
-                    cursor_ = c + 1;
+                    if (!promising_turn_) cursor_ = c + 1;
+                    promising_turn_ = !promising_turn_;
                 }
             }
         }
@@ -154,6 +155,14 @@ private:
     [[nodiscard]] bool available(int c) const noexcept { return predicted_[at(c)] >= 0; }
     /// The next candidate after the cursor, in turn, that is not the current pick; -1 when there is none.
     [[nodiscard]] int next_runner_up() noexcept {
+        // Every other exploration goes to the most promising runner-up (the lowest estimate), the others to each
+        // in turn: a runner-up that may well be faster is checked often, and none is left untried for long.
+        if (promising_turn_) {
+            int best = -1;
+            for (int c = 0; c < candidates; ++c)
+                if (c != current_ && available(c) && (best < 0 || estimate_[at(c)] < estimate_[at(best)])) best = c;
+            if (best >= 0) return best;
+        }
         for (int i = 0; i < candidates; ++i) {
             const int c = (cursor_ + i) % candidates;
             if (c != current_ && available(c)) {
@@ -174,6 +183,7 @@ private:
     int current_ = 0;
     int last_ = 0;
     int cursor_ = 0;
+    bool promising_turn_ = true;
     double credit_ = 0;
     int calls_in_window_ = 0;
     int review_every_ = 1;
