@@ -109,6 +109,11 @@ inline constexpr double rerank_first_try_ratio = 4.0;
 /// An exploration is charged at least this share of the current pick's estimate, so runners-up estimated as fast as
 /// the pick (within the switch margin) are not run in turn every call.
 inline constexpr double rerank_min_explore_share = 0.5;
+/// ... and at most this many times it. An estimate taken while a rank was preempted can be 20x the candidate's
+/// time (dev-2c beside a process busy 5 ms in every 20: recursive doubling estimated at 149 us, running at 6 us
+/// at 64 KiB); charged in full, it paid for its next try only after ~1,400 calls, so it stayed wrong. A runner-up
+/// that really is much slower costs more than it is charged, but its tries are bounded by the credit.
+inline constexpr double rerank_max_explore_charge = 2.0;
 
 // ---- the transport -----------------------------------------------------------------------------------------
 

@@ -76,8 +76,9 @@ public:
         } else if (s.explore_fraction > 0) {
             credit_ += s.explore_fraction * estimate_[at(current_)];
             if (const int c = next_runner_up(); c >= 0) {
-                const double cost = std::max(estimate_[at(c)] - estimate_[at(current_)],
-                                             tuning::rerank_min_explore_share * estimate_[at(current_)]);
+                const double cost = std::clamp(estimate_[at(c)] - estimate_[at(current_)],
+                                               tuning::rerank_min_explore_share * estimate_[at(current_)],
+                                               tuning::rerank_max_explore_charge * estimate_[at(current_)]);
                 if (credit_ >= cost) {
                     pick = c;
                     credit_ -= cost;
