@@ -571,3 +571,31 @@ TEST_CASE("one thread calling automatic on many groups in turn gets each group's
     });
     for (bool b : ok) CHECK(b);
 }
+
+TEST_CASE("an online ranking takes a faster window in full and a slower one damped and capped",
+          "[allreduce][automatic][rerank]") {
+    using detail::online_ranking;
+    online_ranking::times predicted{};
+    predicted.fill(10.0);
+    predicted[0] = 5.0;  // the model's pick
+    online_ranking r(predicted, 0);
+    const detail::rerank_settings settings{};
+    const auto review = [&](int c, double median, double current_median) {
+        detail::review_summary s{};
+        s.median[static_cast<std::size_t>(c)] = median;
+        s.median[0] = current_median;
+        s.agreement_s = 1e-6;
+        r.review(s, settings, 1e-6);
+        return r.view().estimates[static_cast<std::size_t>(c)];
+    };
+    // Candidate 1's first window met a slow moment: counted as at most twice its estimate (10 -> 20).
+    CHECK(review(1, 1000.0, 5.0) == Approx(20.0));
+    // A slower window again: half way towards at most twice the estimate (20 -> 30, not 520).
+    CHECK(review(1, 1000.0, 5.0) == Approx(30.0));
+    // One fast window corrects it at once: 4 is faster than the pick (5), which it replaces (5% margin).
+    CHECK(review(1, 4.0, 5.0) == Approx(4.0));
+    CHECK(r.view().current == 1);
+    // The pick slowing down: damped (4 -> 4.5), so one slow window does not undo the switch.
+    CHECK(review(1, 5.0, 5.0) == Approx(4.5));
+    CHECK(r.view().current == 1);
+}

@@ -125,7 +125,10 @@ public:
             // rerank_max_rise times it, so one preempted sample cannot bury a candidate; a lasting slowdown still
             // shows within a few windows, and a faster window counts in full.
             if (e > 0) m = std::min(m, tuning::rerank_max_rise * e);
-            e = measured_[at(c)] ? e + tuning::rerank_estimate_weight * (m - e) : m;
+            // A faster window is taken in full: only a candidate's own speed makes it fast, while a slow window may
+            // be a preempted rank or the first calls of a size (fresh buffers); one try at a quiet moment then
+            // corrects an estimate that such a window raised.
+            e = measured_[at(c)] && m > e ? e + tuning::rerank_estimate_weight * (m - e) : m;
             measured_[at(c)] = true;
         }
         // Not yet run: assume the model is as far off for them as it is for the current pick.
