@@ -180,3 +180,43 @@ TEST_CASE("comm::local: every rank is on one node, in the world and in a split",
         }));
     }
 }
+
+TEST_CASE("local_rank and local_size: a rank's place on its node, from the layout", "[comm][concepts]") {
+    hitch::node_layout layout;
+    layout.node_of_rank = {0, 0, 1, 1, 1, 0, 2};
+    layout.nodes = 3;
+    const std::vector<int> local_rank = {0, 1, 0, 1, 2, 2, 0};
+    const std::vector<int> local_size = {3, 3, 3, 3, 3, 3, 1};
+    for (int r = 0; r < 7; ++r) {
+        CAPTURE(r);
+        CHECK(layout.local_rank(r) == local_rank[static_cast<std::size_t>(r)]);
+        CHECK(layout.local_size(r) == local_size[static_cast<std::size_t>(r)]);
+    }
+    // comm::local is one node: local rank = rank, local size = size; in a split, the split's.
+    REQUIRE_NOTHROW(run_local(3, [](local& comm) {
+        if (hitch::local_rank(comm) != comm.rank() || hitch::local_size(comm) != 3)
+            throw std::logic_error("comm::local: local rank or size wrong");
+        local half = comm.split(comm.rank() % 2, comm.rank());
+        if (hitch::local_rank(half) != half.rank() || hitch::local_size(half) != half.size())
+            throw std::logic_error("comm::local split: local rank or size wrong");
+    }));
+}
+
+namespace {
+/// comm::local without its node_layout(): a communicator that cannot tell where its ranks run.
+struct layoutless {
+    local* c;
+    [[nodiscard]] int rank() const { return c->rank(); }
+    [[nodiscard]] int size() const { return c->size(); }
+};
+}  // namespace
+
+TEST_CASE("a communicator without a node layout counts as one node per rank", "[comm][concepts]") {
+    STATIC_REQUIRE_FALSE(hitch::has_node_layout<layoutless>);
+    REQUIRE_NOTHROW(run_local(3, [](local& comm) {
+        layoutless l{&comm};
+        const hitch::node_layout layout = hitch::node_layout_of(l);
+        if (layout.nodes != 3 || hitch::local_rank(l) != 0 || hitch::local_size(l) != 1)
+            throw std::logic_error("layoutless: not one node per rank");
+    }));
+}

@@ -157,6 +157,21 @@ TEST_CASE("replicas under hard sync stay bitwise identical, checked by the repli
     CHECK(hashes[1] == hashes[2]);
 }
 
+TEST_CASE("data_parallel reports the rank's place on its node (local_rank, local_size, node_count)",
+          "[train][data_parallel]") {
+    const auto places = run_local(3, [](local& comm) {
+        toy_model m({10, 3});
+        hitch::cpu dev;
+        hitch::data_parallel<hitch::optim::sgd> dp(comm, dev, m.layers());
+        return std::vector<int>{dp.local_rank(), dp.local_size(), dp.node_count(), dp.rank()};
+    });
+    for (const auto& p : places) {
+        CHECK(p[0] == p[3]);  // comm::local is one node: the local rank is the rank
+        CHECK(p[1] == 3);
+        CHECK(p[2] == 1);
+    }
+}
+
 TEST_CASE("a replica that drifts is mismatch_error on every rank", "[train][data_parallel]") {
     const auto messages = run_local(2, [](local& comm) {
         toy_model m({100, 10});

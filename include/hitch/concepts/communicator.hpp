@@ -145,6 +145,31 @@ concept has_node_layout = requires(C& c) {
     { c.node_layout() } -> std::convertible_to<node_layout>;
 };
 
+/// The node layout of `c` (collective where c.node_layout() is); a communicator that cannot tell is taken as one
+/// node per rank, so a rank never assumes it shares a machine it may not share.
+template <class C>
+[[nodiscard]] node_layout node_layout_of(C& c) {
+    if constexpr (has_node_layout<C>) {
+        return c.node_layout();
+    } else {
+        node_layout out;
+        out.nodes = c.size();
+        for (int r = 0; r < c.size(); ++r) out.node_of_rank.push_back(r);
+        return out;
+    }
+}
+
+/// This rank's place among the ranks of its node, and how many there are (Horovod's hvd.local_rank() and
+/// hvd.local_size()): bind device local_rank(c) of a node with one per rank. Collective where the layout is.
+template <class C>
+[[nodiscard]] int local_rank(C& c) {
+    return node_layout_of(c).local_rank(c.rank());
+}
+template <class C>
+[[nodiscard]] int local_size(C& c) {
+    return node_layout_of(c).local_size(c.rank());
+}
+
 /// Collective `c.map_node_memory(bytes_per_rank)`: memory every rank can read and write (POSIX shared memory with
 /// the peers on one node), a pointer-like handle whose `part(r)` is rank r's share; null when the ranks do not all
 /// run on one node. The transport's staged path builds its pipes in it.

@@ -21,6 +21,23 @@ struct node_layout {
         return out;
     }
     [[nodiscard]] bool single_node() const noexcept { return nodes == 1; }
+    /// Rank r's place among the ranks of its node (0 for the lowest), as Horovod's local_rank: the index of the
+    /// device a rank binds to when each node has one per rank.
+    [[nodiscard]] int local_rank(int rank) const {
+        const int node = node_of(rank);
+        int below = 0;
+        for (int r = 0; r < rank; ++r)
+            if (node_of_rank[static_cast<std::size_t>(r)] == node) ++below;
+        return below;
+    }
+    /// How many ranks run on rank r's node.
+    [[nodiscard]] int local_size(int rank) const {
+        const int node = node_of(rank);
+        int n = 0;
+        for (int on : node_of_rank)
+            if (on == node) ++n;
+        return n;
+    }
 
     friend bool operator==(const node_layout&, const node_layout&) = default;
 };

@@ -124,6 +124,12 @@ public:
     void finish() { engine_->finish(); }
     [[nodiscard]] int rank() const { return engine_->rank(); }
     [[nodiscard]] int size() const { return engine_->size(); }
+    /// This rank's place among the ranks of its node and how many run there (Horovod's local_rank() and
+    /// local_size()), from the communicator's node layout; a communicator without one counts as a node per rank.
+    [[nodiscard]] int local_rank() const { return engine_->nodes().local_rank(rank()); }
+    [[nodiscard]] int local_size() const { return engine_->nodes().local_size(rank()); }
+    /// Nodes (machines) the ranks run on.
+    [[nodiscard]] int node_count() const { return engine_->nodes().nodes; }
     [[nodiscard]] std::size_t bucket_count() const { return engine_->bucket_count(); }
     /// CRC32C of the parameters (equal on every rank under hard sync).
     [[nodiscard]] std::uint64_t parameter_hash() const { return engine_->parameter_hash(); }

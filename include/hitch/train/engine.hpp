@@ -64,6 +64,7 @@ public:
         : options_((options.validate(), options)),
           control_(comm.split(0, comm.rank())),
           self_(asynchronous_policy<P> ? std::optional<C>(comm.split(comm.rank(), 0)) : std::nullopt),
+          nodes_(node_layout_of(control_)),
           group_(comm),
           weights_(dev, agreed_layers(control_, std::move(layers))),
           buckets_(group_, options_.compressor, weights_.layers(), options_.bucket_bytes, options_.check_collectives,
@@ -170,6 +171,7 @@ public:
     void finish() override { server_.finish(); }
     [[nodiscard]] int rank() const override { return control_.rank(); }
     [[nodiscard]] int size() const override { return control_.size(); }
+    [[nodiscard]] const node_layout& nodes() const override { return nodes_; }
     [[nodiscard]] std::size_t bucket_count() const override { return buckets_.size(); }
     [[nodiscard]] std::uint64_t parameter_hash() const override { return weights_.hash(); }
 
@@ -468,6 +470,7 @@ private:
     options_type options_;
     C control_;                  // agreement traffic (layer checks, overflow flags, replica hashes)
     std::optional<C> self_;      // asynchronous policies: this rank alone, for per-rank agreement
+    node_layout nodes_;          // which node each rank runs on (local_rank, local_size)
     allreduce::group<C> group_;  // gradient and parameter collectives
     master_weights<Param, D> weights_;
     gradient_exchange<X, S, C> buckets_;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "hitch/core/node_layout.hpp"
 #include "hitch/train/checkpoint.hpp"
 #include "hitch/train/metrics.hpp"
 
@@ -36,6 +37,7 @@ public:
     virtual void finish() = 0;
     [[nodiscard]] virtual int rank() const = 0;
     [[nodiscard]] virtual int size() const = 0;
+    [[nodiscard]] virtual const node_layout& nodes() const = 0;
     [[nodiscard]] virtual std::uint64_t parameter_hash() const = 0;
     [[nodiscard]] virtual std::size_t bucket_count() const = 0;
     [[nodiscard]] virtual std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const = 0;
