@@ -172,6 +172,35 @@ TEST_CASE("data_parallel reports the rank's place on its node (local_rank, local
     }
 }
 
+TEST_CASE("a rank that takes one step fewer: the timeout names the step, the bucket and its layers",
+          "[train][data_parallel]") {
+    hitch::comm::local_options lo;
+    lo.timeout_s = 1.0;
+    const auto messages = run_local(
+        2,
+        [](local& comm) {
+            toy_model m({10, 10, 10});
+            hitch::cpu dev;
+            hitch::data_parallel<hitch::optim::sgd>::options o;
+            o.bucket_bytes = 80;  // layers 0 and 1 in one bucket, layer 2 in another
+            hitch::data_parallel<hitch::optim::sgd> dp(comm, dev, m.layers(), o);
+            const int steps = comm.rank() == 0 ? 3 : 2;  // rank 1 stops one step early
+            try {
+                for (int s = 0; s < steps; ++s) dp.step();
+            } catch (const hitch::timeout_error& e) {
+                return std::string(e.what());
+            }
+            return std::string("no error");
+        },
+        lo);
+    INFO(messages[0]);
+    CHECK(messages[1] == "no error");
+    CHECK_THAT(messages[0], Catch::Matchers::Contains("timed out after") &&
+                                Catch::Matchers::Contains("hitch::data_parallel step 2, bucket ") &&
+                                Catch::Matchers::Contains(" of 2 (layer") && Catch::Matchers::Contains("'layer") &&
+                                Catch::Matchers::Contains("inside "));
+}
+
 TEST_CASE("a replica that drifts is mismatch_error on every rank", "[train][data_parallel]") {
     const auto messages = run_local(2, [](local& comm) {
         toy_model m({100, 10});

@@ -422,10 +422,27 @@ private:
         const auto start = std::chrono::steady_clock::now();
         {
             auto span = trace(concat("exchange bucket ", b), "comm");
-            buckets_.exchange(b, options_.schedule);
+            try {
+                buckets_.exchange(b, options_.schedule);
+            } catch (const timeout_error& e) {
+                // In the user's words first (the step, the bucket and its layers), then the internal call.
+                throw timeout_error(describe_bucket(b), concat("inside ", e.operation()), e.waited());
+            }
         }
         comm_ns_ += ns(start, std::chrono::steady_clock::now());
         buckets_.unpack_gradients(b);
+    }
+
+    /// "hitch::data_parallel step 3, bucket 1 of 4 (layers 'fc1.weight', 'fc1.bias')": what a user knows a
+    /// bucket's exchange by (up to 8 layer names, then how many more).
+    [[nodiscard]] std::string describe_bucket(std::size_t b) const {
+        const auto& layers = buckets_.plan(b).layers;
+        std::string names;
+        for (std::size_t i = 0; i < layers.size() && i < 8; ++i)
+            names += concat(i == 0 ? "" : ", ", "'", layers32()[layers[i]].name, "'");
+        if (layers.size() > 8) names += concat(" and ", layers.size() - 8, " more");
+        return concat("hitch::data_parallel step ", step_, ", bucket ", b, " of ", buckets_.size(), " (layer",
+                      layers.size() == 1 ? " " : "s ", names, ")");
     }
 
     /// Every rank of `with` learns whether any rank's gradients were not finite; returns whether to apply the step.
