@@ -201,6 +201,43 @@ TEST_CASE("a rank that takes one step fewer: the timeout names the step, the buc
                                 Catch::Matchers::Contains("inside "));
 }
 
+TEST_CASE("check_gradient_contract names a gradient written after gradient_ready", "[train][data_parallel]") {
+    hitch::comm::local_options lo;
+    lo.timeout_s = 1.0;  // the rank that threw leaves its peer waiting
+    const auto run = [&lo](bool check, bool write_late) {
+        return run_local(
+            2,
+            [=](local& comm) {
+                toy_model m({10, 10});
+                hitch::cpu dev;
+                hitch::data_parallel<hitch::optim::sgd>::options o;
+                o.overlap = false;  // the bucket is packed in step(), after the late write
+                o.check_gradient_contract = check;
+                hitch::data_parallel<hitch::optim::sgd> dp(comm, dev, m.layers(), o);
+                try {
+                    for (int s = 0; s < 2; ++s) {
+                        dp.gradient_ready(0);
+                        if (write_late && s == 1 && comm.rank() == 1) m.g[0][3] = 42.0f;  // after gradient_ready(0)
+                        dp.gradient_ready(1);
+                        dp.step();
+                    }
+                } catch (const hitch::config_error& e) {
+                    return std::string(e.what());
+                } catch (const hitch::timeout_error&) {
+                    return std::string("timeout");
+                }
+                return std::string("no error");
+            },
+            lo);
+    };
+    const auto caught = run(true, true);
+    CHECK_THAT(caught[1], Catch::Matchers::Contains("layer 0 ('layer0') changed after gradient_ready(0) in step 1 "
+                                                    "on rank 1"));
+    CHECK(caught[0] != "no error");                                 // its peer does not train on: it times out
+    for (const auto& m : run(true, false)) CHECK(m == "no error");  // the check passes a well-behaved loop
+    for (const auto& m : run(false, true)) CHECK(m == "no error");  // off by default: nothing is checked
+}
+
 TEST_CASE("a replica that drifts is mismatch_error on every rank", "[train][data_parallel]") {
     const auto messages = run_local(2, [](local& comm) {
         toy_model m({100, 10});

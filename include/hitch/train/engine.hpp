@@ -31,6 +31,7 @@
 #include "hitch/concepts/device.hpp"
 #include "hitch/concepts/optimizer.hpp"
 #include "hitch/concepts/sync_policy.hpp"
+#include "hitch/core/crc32c.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/layer.hpp"
@@ -75,6 +76,7 @@ public:
         static_assert(D::space == memory_space::host, "hitch::data_parallel runs on host devices (hitch::cpu)");
         static_assert(allreduce::check_schedule<S, C>());
         ready_.assign(layers32().size(), 0);
+        ready_crc_.assign(layers32().size(), 0);
         ready_in_bucket_.assign(buckets_.size(), 0);
         optimizer_.emplace(options_.optimizer, layers32(), dev, options_.execution);
         if (options_.loss_scaling) scaler_.emplace(agreement(), options_.scaler);
@@ -101,6 +103,7 @@ public:
             throw config_error(concat("hitch::data_parallel::gradient_ready: layer ", layer, " ('",
                                       layers32()[layer].name, "') was reported twice in step ", step_));
         used_gradient_ready_ = true;
+        if (options_.check_gradient_contract) ready_crc_[layer] = user_gradient_crc(layer);
         mark_ready(layer);
     }
 
@@ -394,6 +397,10 @@ private:
         for (std::size_t i = 0; i < plan.layers.size(); ++i) {
             const std::size_t k = plan.layers[i];
             const hitch::layer& l = layers32()[k];
+            if (options_.check_gradient_contract && used_gradient_ready_ && user_gradient_crc(k) != ready_crc_[k])
+                throw config_error(concat("hitch::data_parallel: layer ", k, " ('", l.name, "') changed after ",
+                                          "gradient_ready(", k, ") in step ", step_, " on rank ", control_.rank(),
+                                          ": a gradient must stay as it is from gradient_ready until it is sent"));
             bool overflow = false;
             if constexpr (master_weights<Param, D>::mixed_precision) {
                 const auto& low = weights_.user_layers()[k];
@@ -431,6 +438,17 @@ private:
         }
         comm_ns_ += ns(start, std::chrono::steady_clock::now());
         buckets_.unpack_gradients(b);
+    }
+
+    /// CRC32C of layer k's gradient as the user holds it (the low-precision one under mixed precision).
+    [[nodiscard]] std::uint32_t user_gradient_crc(std::size_t k) const {
+        if constexpr (master_weights<Param, D>::mixed_precision) {
+            const auto& g = weights_.user_layers()[k].grads;
+            return crc32c_of(std::as_bytes(std::span(g.data(), g.size())));
+        } else {
+            const auto& g = layers32()[k].grads;
+            return crc32c_of(std::as_bytes(std::span(g.data(), g.size())));
+        }
     }
 
     /// "hitch::data_parallel step 3, bucket 1 of 4 (layers 'fc1.weight', 'fc1.bias')": what a user knows a
@@ -492,6 +510,7 @@ private:
     master_weights<Param, D> weights_;
     gradient_exchange<X, S, C> buckets_;
     std::vector<unsigned char> ready_;
+    std::vector<std::uint32_t> ready_crc_;      // check_gradient_contract: each reported gradient's CRC32C
     std::vector<std::size_t> ready_in_bucket_;  // per bucket: how many of its layers are ready
     bool used_gradient_ready_ = false;
     P policy_;

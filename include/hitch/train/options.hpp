@@ -48,6 +48,11 @@ struct data_parallel_options {
     std::uint64_t replica_check_interval = 0;
     /// Check every collective's arguments across ranks (allreduce::call_options::check).
     bool check_collectives = true;
+    /// A debugging check of the gradient contract: a layer's gradient must not change from gradient_ready(i) until
+    /// it is sent. On, gradient_ready takes a CRC32C of the gradient and the exchange compares it before packing;
+    /// a change is config_error naming the layer and step (on that rank; its peers then time out). Off by default:
+    /// it reads every reported gradient once more.
+    bool check_gradient_contract = false;
     /// Threads for the optimizer and the gradient passes.
     parallel_options execution{};
     /// Optional sinks: a timeline of every span, and one JSON line of metrics per step.
