@@ -25,6 +25,30 @@ run_step("build consumer (${MODE})" ${CMAKE_COMMAND} --build "${WORK_DIR}/build"
 run_step("run consumer (${MODE})" "${WORK_DIR}/build/consumer")
 
 if(MODE STREQUAL "package")
+  # The integrator's example (examples/integrate), copied out of the tree and built against the installation alone:
+  # it trains over threads and over 2 MPI processes, and both must end with the same parameters.
+  file(COPY "${HITCH_SOURCE_DIR}/examples/integrate" DESTINATION "${WORK_DIR}")
+  run_step("configure examples/integrate" ${CMAKE_COMMAND} -S "${WORK_DIR}/integrate" -B "${WORK_DIR}/integrate/build"
+           -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+  run_step("build examples/integrate" ${CMAKE_COMMAND} --build "${WORK_DIR}/integrate/build")
+  set(integrate "${WORK_DIR}/integrate/build/hitch-integrate")
+  execute_process(COMMAND "${integrate}" RESULT_VARIABLE result OUTPUT_VARIABLE threads ERROR_VARIABLE err)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "examples/integrate over threads failed (${result}):\n${threads}\n${err}")
+  endif()
+  if(MPIEXEC)
+    execute_process(COMMAND "${MPIEXEC}" -n 2 "${integrate}" --mpi RESULT_VARIABLE result OUTPUT_VARIABLE mpi
+                    ERROR_VARIABLE err)
+    if(NOT result EQUAL 0)
+      message(FATAL_ERROR "examples/integrate over MPI failed (${result}):\n${mpi}\n${err}")
+    endif()
+    string(REGEX MATCH "parameters hash [0-9a-f]+" threads_hash "${threads}")
+    string(REGEX MATCH "parameters hash [0-9a-f]+" mpi_hash "${mpi}")
+    if(threads_hash STREQUAL "" OR NOT threads_hash STREQUAL mpi_hash)
+      message(FATAL_ERROR "examples/integrate: threads and MPI differ ('${threads_hash}' vs '${mpi_hash}')")
+    endif()
+    message(STATUS "examples/integrate: threads and MPI agree (${threads_hash})")
+  endif()
   # A component the installation does not have must fail find_package with a clear message.
   file(WRITE "${WORK_DIR}/missing/CMakeLists.txt"
        "cmake_minimum_required(VERSION 3.25)\nproject(m CXX)\nfind_package(hitch CONFIG REQUIRED COMPONENTS no_such_component)\n")
