@@ -55,21 +55,9 @@ static_assert(std::is_trivially_copyable_v<review_summary> &&
                   sizeof(review_summary) == sizeof(double) * (automatic_profile::candidates + 1),
               "review_summary is sent as bytes: it must have no padding");
 
-/// Every rank's review summary, reduced to the maximum of each field: the slowest rank bounds a collective.
-template <class C>
-[[nodiscard]] review_summary agree_review(C& comm, const review_summary& mine) {
-    review_summary agreed = mine;
-    for (const review_summary& o : comm::allgather_value(comm, mine)) {
-        for (std::size_t c = 0; c < agreed.median.size(); ++c)
-            agreed.median[c] = std::max(agreed.median[c], o.median[c]);
-        agreed.agreement_s = std::max(agreed.agreement_s, o.agreement_s);
-    }
-    return agreed;
-}
-
-/// agree_review by a small all-reduce (the maximum of each field) with `schedule` on a call's own transport: the
-/// same path as the calls it reviews (shared memory where they have it), where an all-gather of point-to-point
-/// messages waited out a time slice when the host was busy.
+/// Every rank's review summary, reduced to the maximum of each field (the slowest rank bounds a collective), by a
+/// small all-reduce with `schedule` on a call's own transport: the same path as the calls it reviews (shared memory
+/// where they have it), where an all-gather of point-to-point messages waited out a time slice on a busy host.
 template <communicator C, class Schedule>
 [[nodiscard]] review_summary agree_review_on_call(transport<C>& t, const Schedule& schedule,
                                                   const review_summary& mine) {

@@ -77,8 +77,8 @@ struct hot_slots {
 };
 
 /// This thread's view of `slots` (a few groups are kept, the oldest replaced). Called under the group state's
-/// mutex, which every writer of these slots holds; the version is read before the slots, so a view never
-/// outlives a change unnoticed.
+/// mutex, which the writers of these slots hold too; the version is read before the slots, so a view never
+/// outlives a change unnoticed either way.
 inline const hot_slots& hot_view(const slot_store& slots) {
     constexpr std::size_t ways = 4;
     thread_local std::array<hot_slots, ways> views;

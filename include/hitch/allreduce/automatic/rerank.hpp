@@ -8,8 +8,8 @@
 // estimates, the window's length, the credit) and of the call's index among the calls of its size, which is the
 // same on every rank because every rank issues the same calls in the same order (the group's contract, checked by
 // call_options::check). Each rank times its own runs; at the end of a window (review_every calls of the size) all
-// ranks fold their windows' medians with one all-gather (the maximum over ranks, agree_review), and every rank
-// updates the estimates and the pick from that same agreed summary with the same arithmetic.
+// ranks fold their windows' medians with one small all-reduce (the maximum over ranks, agree_review_on_call), and
+// every rank updates the estimates and the pick from that same agreed summary with the same arithmetic.
 
 #include <algorithm>
 #include <array>
@@ -157,7 +157,8 @@ public:
 private:
     [[nodiscard]] static std::size_t at(int c) noexcept { return static_cast<std::size_t>(c); }
     [[nodiscard]] bool available(int c) const noexcept { return predicted_[at(c)] >= 0; }
-    /// The next candidate after the cursor, in turn, that is not the current pick; -1 when there is none.
+    /// The runner-up the next exploration tries: on a promising turn the one with the lowest estimate, else the next
+    /// after the cursor, in turn, that is not the current pick; -1 when there is none.
     [[nodiscard]] int next_runner_up() noexcept {
         // Every other exploration goes to the most promising runner-up (the lowest estimate), the others to each
         // in turn: a runner-up that may well be faster is checked often, and none is left untried for long.
