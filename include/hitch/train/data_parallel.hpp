@@ -22,7 +22,8 @@
 //
 // The constructor checks that every rank has the same layers (count, names, sizes, element types) and throws
 // mismatch_error naming the ranks and layers that differ. A layer that never got gradient_ready in a step where
-// others did is config_error naming it, at step(). Checkpoints (save/load) resume exactly (train/checkpoint.hpp).
+// others did is config_error naming it, at step() (or, with find_unused_layers, a zero gradient). Checkpoints
+// (save/load) resume exactly (train/checkpoint.hpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -84,7 +85,19 @@ public:
     /// Layer i's gradient is final: its bucket joins the exchange as soon as the bucket is complete.
     void gradient_ready(std::size_t layer) { engine_->gradient_ready(layer); }
     /// Finishes the exchange, applies the optimizer as the sync policy says, ticks the schedules. Collective.
+    /// With options.accumulation_steps = K, call it after every micro-batch: the first K - 1 calls of a window only
+    /// add the gradients up (the record says accumulated) and the K-th steps on their mean.
     train::step_metrics step(std::optional<double> loss = std::nullopt) { return engine_->step(loss); }
+    /// Whether the next step() ends an accumulation window (exchanges and applies): DeepSpeed's
+    /// is_gradient_accumulation_boundary(). Always true without accumulation.
+    [[nodiscard]] bool accumulation_boundary() const { return engine_->accumulation_boundary(); }
+
+    /// Registers buffers: state that is not a parameter but must agree across ranks, such as batch-norm running
+    /// statistics (train/buffers.hpp). Every rank takes rank 0's values now; after every synchronised step each
+    /// buffer gets rank 0's values (buffer_sync::broadcast, DDP's broadcast_buffers) or the mean over ranks
+    /// (buffer_sync::average). Collective: every rank registers the same names, sizes and kinds, or mismatch_error
+    /// names the differences. Between steps only; asynchronous sync policies refuse it (config_error).
+    void register_buffers(std::vector<train::buffer> buffers) { engine_->register_buffers(std::move(buffers)); }
 
     /// Writes a checkpoint to "<prefix>.rank<r>-of-<p>" (each rank its own file, atomically), with sections of
     /// your own (data position, RNG state ...; names must not start with "hitch.").

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 #include "hitch/allreduce/automatic.hpp"
+#include "hitch/allreduce/collectives.hpp"
+#include "hitch/allreduce/recursive_doubling.hpp"
 #include "hitch/allreduce/schedule.hpp"
 #include "hitch/amp/loss_scaler.hpp"
 #include "hitch/amp/mixed_precision.hpp"
@@ -37,11 +39,15 @@
 #include "hitch/core/layer.hpp"
 #include "hitch/optim/model_optimizer.hpp"
 #include "hitch/train/bucket_pipeline.hpp"
+#include "hitch/train/buffers.hpp"
 #include "hitch/train/checkpoint.hpp"
+#include "hitch/train/clipping.hpp"
 #include "hitch/train/engine_checkpoint.hpp"
 #include "hitch/train/engine_interface.hpp"
 #include "hitch/train/gradient_exchange.hpp"
+#include "hitch/train/gradient_intake.hpp"
 #include "hitch/train/layer_agreement.hpp"
+#include "hitch/train/layer_reports.hpp"
 #include "hitch/train/master_weights.hpp"
 #include "hitch/train/metrics.hpp"
 #include "hitch/train/options.hpp"
@@ -75,11 +81,11 @@ public:
           pipeline_([this](std::size_t b) { run_bucket(b); }) {
         static_assert(D::space == memory_space::host, "hitch::data_parallel runs on host devices (hitch::cpu)");
         static_assert(allreduce::check_schedule<S, C>());
-        ready_.assign(layers32().size(), 0);
-        ready_crc_.assign(layers32().size(), 0);
+        reports_.emplace(layers32(), options_.find_unused_layers);
         ready_in_bucket_.assign(buckets_.size(), 0);
         optimizer_.emplace(options_.optimizer, layers32(), dev, options_.execution);
         if (options_.loss_scaling) scaler_.emplace(agreement(), options_.scaler);
+        intake_.emplace(weights_, scaler_, options_.accumulation_steps, options_.execution);
         if constexpr (shared_memory_policy<P>) {
             static_assert(shares_address_space<C>,
                           "hitch::data_parallel: this sync policy (Hogwild) updates one parameter array shared by "
@@ -96,14 +102,8 @@ public:
     // ---- the public operations --------------------------------------------------------------------------------
 
     void gradient_ready(std::size_t layer) override {
-        if (layer >= layers32().size())
-            throw config_error(concat("hitch::data_parallel::gradient_ready: layer ", layer,
-                                      " is outside the allowed range [0, ", layers32().size(), ")"));
-        if (ready_[layer] != 0)
-            throw config_error(concat("hitch::data_parallel::gradient_ready: layer ", layer, " ('",
-                                      layers32()[layer].name, "') was reported twice in step ", step_));
-        used_gradient_ready_ = true;
-        if (options_.check_gradient_contract) ready_crc_[layer] = user_gradient_crc(layer);
+        reports_->report(layer, step_);
+        if (options_.check_gradient_contract) reports_->crc(layer) = user_gradient_crc(layer);
         mark_ready(layer);
     }
 
@@ -113,10 +113,12 @@ public:
                                       " is a dedicated parameter server; call serve() on it instead of step()"));
         if (server_.finished())
             throw config_error("hitch::data_parallel::step: this worker has finished (finish() was called)");
+        if (!intake_->at_boundary()) return accumulate(loss);
         const auto start = std::chrono::steady_clock::now();
-        compute_ms_ = ms(last_step_end_, start);
-        if (step_ == 0 || !first_step_) first_step_ = last_step_end_;
+        compute_ms_ += ms(last_step_end_, start);
+        if (step_ == 0 || !first_step_) first_step_ = window_start_.value_or(last_step_end_);
         lr_ = options_.learning_rate(step_, options_.steps_per_epoch);
+        grad_norm_.reset();
         // Bytes sent and comm_ns_ count from the end of the previous step: buckets launched by gradient_ready
         // during this step's backward pass belong to it.
         sync::step_result result;
@@ -124,11 +126,22 @@ public:
             result = policy_.step(*this);
         } catch (...) {
             reset_step();
+            end_window();
+            compute_ms_ = 0.0;
             (void)buckets_.take_bytes_sent();
             comm_ns_.store(0);
             throw;
         }
         reset_step();
+        const std::uint64_t micro_batches = intake_->taken() + 1;
+        if (loss) {
+            loss_sum_ += *loss;
+            ++losses_;
+        }
+        const std::optional<double> mean_loss =
+            losses_ == 0 ? std::nullopt : std::optional<double>(loss_sum_ / static_cast<double>(losses_));
+        end_window();
+        if (!buffers_.empty() && result.synchronized) sync_buffers(false);
         ++step_;
         ++since_replica_check_;
         if (options_.replica_check_interval != 0 && result.synchronized &&
@@ -140,7 +153,7 @@ public:
         m.step = step_ - 1;
         m.epoch = (step_ - 1) / options_.steps_per_epoch;
         m.rank = control_.rank();
-        m.loss = loss;
+        m.loss = mean_loss;
         m.lr = lr_;
         m.loss_scale = scaler_ ? static_cast<double>(scaler_->scale()) : 1.0;
         m.skipped = !result.applied;
@@ -148,6 +161,9 @@ public:
         m.comm_ms = static_cast<double>(comm_ns_.exchange(0)) * 1e-6;
         m.compute_ms = compute_ms_;
         m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *first_step_).count();
+        m.grad_norm = result.applied ? grad_norm_ : std::nullopt;
+        m.micro_batches = micro_batches;
+        compute_ms_ = 0.0;
         if (options_.metrics != nullptr) metrics_writer(*options_.metrics).write(m);
         staleness_ = result.staleness;
         if (result.applied) ++histogram_[std::min<std::size_t>(result.staleness, histogram_.size() - 1)];
@@ -160,6 +176,19 @@ public:
         return options_.learning_rate(step_, options_.steps_per_epoch);
     }
     [[nodiscard]] float loss_scale() const override { return scaler_ ? scaler_->scale() : 1.0f; }
+    [[nodiscard]] bool accumulation_boundary() const override { return intake_->at_boundary(); }
+
+    void register_buffers(std::vector<buffer> buffers) override {
+        require_idle("register_buffers");
+        if constexpr (asynchronous_policy<P>) {
+            throw config_error(concat("hitch::data_parallel::register_buffers: the sync policy '", P::name,
+                                      "' lets ranks step on their own, so there is no step at which buffers could be "
+                                      "made to agree; use a synchronous policy (hard, local_sgd)"));
+        } else {
+            buffers_.add(control_, std::move(buffers));
+            sync_buffers(true);  // every rank starts from rank 0's values, as DDP's constructor makes them
+        }
+    }
     [[nodiscard]] std::uint64_t step_index() const override { return step_; }
     [[nodiscard]] std::uint64_t staleness() const override { return staleness_; }
     [[nodiscard]] std::vector<std::uint64_t> staleness_histogram() const override {
@@ -231,23 +260,28 @@ public:
     // ---- the step context the sync policy drives (see hitch/concepts/sync_policy.hpp) -------------------------
 
     bool finish_gradient_exchange() {
-        if (used_gradient_ready_)
-            require_every_layer_ready();
-        else
-            for (std::size_t k = 0; k < layers32().size(); ++k) mark_ready(k);
+        settle_reports();
+        for (std::size_t k = 0; k < layers32().size(); ++k) mark_ready(k);
         pipeline_.finish();
         return agree_on_step(control_);
     }
 
     bool check_local_gradients() {
-        if (used_gradient_ready_) require_every_layer_ready();
+        settle_reports();
         for (std::size_t b = 0; b < buckets_.size(); ++b) prepare_bucket(b, /*pack=*/false);
         return agree_on_step(control_);
     }
 
     void apply_optimizer() {
         auto span = trace("optimizer", "compute");
-        optimizer_->step(static_cast<float>(lr_));
+        const std::span<const unsigned char> skip = unused_everywhere();
+        if (options_.clip_grad_norm > 0.0) clip_gradients(skip);
+        if (skip.empty()) {
+            optimizer_->step(static_cast<float>(lr_));
+        } else {
+            for (std::size_t k = 0; k < layers32().size(); ++k)
+                if (skip[k] == 0) optimizer_->step(k, static_cast<float>(lr_));
+        }
         weights_.write_back();
     }
 
@@ -273,7 +307,7 @@ public:
     }
     void parameters_changed() { weights_.write_back(); }
     bool prepare_local_gradients() {
-        if (used_gradient_ready_) require_every_layer_ready();
+        settle_reports();
         for (std::size_t b = 0; b < buckets_.size(); ++b) prepare_bucket(b, /*pack=*/false);
         return agree_on_step(agreement());
     }
@@ -294,6 +328,7 @@ public:
     sync::server_reply exchange_with_server(const sync::server_request& request)
         requires server_link<P, O, X, C, D>::possible
     {
+        if (request.push_gradients && options_.clip_grad_norm > 0.0) clip_gradients({});
         auto span = trace("parameter server", "comm");
         const auto start = std::chrono::steady_clock::now();
         const sync::server_reply r = server_.exchange(request, lr_);
@@ -367,22 +402,12 @@ private:
 
     /// Layer k's gradient is final; launches, in order, every bucket whose layers all are.
     void mark_ready(std::size_t layer) {
-        if (ready_[layer] != 0) return;
-        ready_[layer] = 1;
-        if (!P::exchanges_gradients) return;
+        if (!reports_->mark(layer)) return;
+        if (!P::exchanges_gradients || !intake_->at_boundary()) return;
         ++ready_in_bucket_[buckets_.bucket_of(layer)];
         std::size_t end = pipeline_.launched();
         while (end < buckets_.size() && ready_in_bucket_[end] == buckets_.plan(end).layers.size()) ++end;
         pipeline_.launch_until(end);
-    }
-
-    void require_every_layer_ready() const {
-        std::string missing;
-        for (std::size_t k = 0; k < ready_.size(); ++k)
-            if (ready_[k] == 0) missing += concat(missing.empty() ? "" : ", ", k, " ('", layers32()[k].name, "')");
-        if (!missing.empty())
-            throw config_error(concat("hitch::data_parallel::step: step ", step_, " on rank ", control_.rank(),
-                                      ": gradient_ready was called for some layers but never for layer(s) ", missing));
     }
 
     /// Unscales (loss scaling), converts (mixed precision) and checks this rank's gradients of bucket b, and packs
@@ -397,28 +422,14 @@ private:
         for (std::size_t i = 0; i < plan.layers.size(); ++i) {
             const std::size_t k = plan.layers[i];
             const hitch::layer& l = layers32()[k];
-            if (options_.check_gradient_contract && used_gradient_ready_ && user_gradient_crc(k) != ready_crc_[k])
+            if (options_.check_gradient_contract && reports_->reported() && !reports_->unused(k) &&
+                user_gradient_crc(k) != reports_->crc(k))
                 throw config_error(concat("hitch::data_parallel: layer ", k, " ('", l.name, "') changed after ",
                                           "gradient_ready(", k, ") in step ", step_, " on rank ", control_.rank(),
                                           ": a gradient must stay as it is from gradient_ready until it is sent"));
-            bool overflow = false;
-            if constexpr (master_weights<Param, D>::mixed_precision) {
-                const auto& low = weights_.user_layers()[k];
-                if (scaler_) {
-                    overflow = scaler_->unscale(tensor_view<const Param>(low.grads.data(), low.grads.size()), l.grads);
-                } else {
-                    for (std::size_t e = 0; e < l.size(); ++e) l.grads[e] = static_cast<float>(low.grads[e]);
-                }
-            } else if (scaler_) {
-                overflow = scaler_->unscale(l.grads);
-            }
-            if (!scaler_ && bk.report.layer < 0) {
-                const std::size_t bad = amp::detail::first_nonfinite(tensor_view<const float>(l.grads.data(), l.size()),
-                                                                     options_.execution);
-                if (bad != amp::detail::npos)
-                    bk.report = {static_cast<std::int64_t>(k), static_cast<std::int64_t>(bad), l.grads[bad]};
-            }
-            bk.local_bad |= overflow || bk.report.layer >= 0;
+            const intake_verdict v = intake_->take(k, reports_->unused(k));
+            bk.local_bad |= v.bad;
+            if (bk.report.layer < 0) bk.report = v.report;
             if (pack) std::memcpy(bk.data.data() + plan.offsets[i], l.grads.data(), l.size() * sizeof(float));
         }
         if (pack && bk.local_bad) std::fill(bk.data.begin(), bk.data.end(), 0.0f);
@@ -483,16 +494,98 @@ private:
     }
 
     void reset_step() {
-        std::fill(ready_.begin(), ready_.end(), 0);
+        reports_->reset();
         std::fill(ready_in_bucket_.begin(), ready_in_bucket_.end(), 0);
-        used_gradient_ready_ = false;
         pipeline_.reset();
     }
 
     void require_idle(std::string_view what) const {
-        if (used_gradient_ready_ || pipeline_.launched() != 0)
+        if (reports_->reported() || pipeline_.launched() != 0)
             throw config_error(concat("hitch::data_parallel::", what,
                                       ": a step is in progress (gradient_ready was called); call it between steps"));
+        if (intake_->taken() != 0)
+            throw config_error(concat("hitch::data_parallel::", what, ": ", intake_->taken(), " of ", intake_->window(),
+                                      " micro-batches of an accumulation window are added up; ",
+                                      "call it after the window's last step()"));
+    }
+
+    // ---- accumulation, unused layers, clipping, buffers --------------------------------------------------------
+
+    /// A micro-batch that is not its window's last: its gradients are added up here, nothing is sent.
+    step_metrics accumulate(std::optional<double> loss) {
+        const auto start = std::chrono::steady_clock::now();
+        const double own_compute_ms = ms(last_step_end_, start);
+        compute_ms_ += own_compute_ms;
+        if (!window_start_) window_start_ = last_step_end_;
+        try {
+            settle_reports();
+            auto span = trace("accumulate", "compute");
+            for (std::size_t k = 0; k < layers32().size(); ++k) intake_->add(k, reports_->unused(k));
+        } catch (...) {
+            reset_step();
+            end_window();
+            throw;
+        }
+        intake_->micro_batch_done();
+        reset_step();
+        if (loss) {
+            loss_sum_ += *loss;
+            ++losses_;
+        }
+        step_metrics m;
+        m.step = step_;
+        m.epoch = step_ / options_.steps_per_epoch;
+        m.rank = control_.rank();
+        m.loss = loss;
+        m.lr = options_.learning_rate(step_, options_.steps_per_epoch);
+        m.loss_scale = scaler_ ? static_cast<double>(scaler_->scale()) : 1.0;
+        m.micro_batches = intake_->taken();
+        m.accumulated = true;
+        last_step_end_ = std::chrono::steady_clock::now();
+        m.compute_ms = own_compute_ms;
+        if (first_step_) m.elapsed_s = std::chrono::duration<double>(last_step_end_ - *first_step_).count();
+        return m;
+    }
+
+    void end_window() {
+        intake_->end_window();
+        reports_->end_window();
+        loss_sum_ = 0.0;
+        losses_ = 0;
+        window_start_.reset();
+    }
+
+    void settle_reports() { reports_->settle(step_, control_.rank()); }
+
+    /// find_unused_layers: the layers no rank (of those this rank agrees with) used in this window, as a mask; empty
+    /// when there are none. Collective for synchronous policies: one max-all-reduce of a flag per layer.
+    std::span<const unsigned char> unused_everywhere() {
+        return reports_->unused_everywhere([&](std::span<float> used) {
+            if (self_) return;
+            auto span = trace("agree on unused layers", "comm");
+            allreduce::call_options call;
+            call.check = options_.check_collectives;
+            allreduce::allreduce(group_, tensor_view<float>(used.data(), used.size()), allreduce::reduce_op::max,
+                                 allreduce::recursive_doubling{}, call);
+        });
+    }
+
+    /// Clips this rank's FP32 gradients to the global norm (clipping.hpp) and remembers the norm for the metrics.
+    void clip_gradients(std::span<const unsigned char> skip) {
+        auto span = trace("clip gradients", "compute");
+        const double sum = gradient_sum_of_squares(layers32(), skip, options_.execution);
+        grad_norm_ = clip_to_norm(layers32(), skip, sum, options_.clip_grad_norm, options_.execution);
+    }
+
+    /// Broadcasts and averages the buffers (or, `all_from_root`, gives every rank rank 0's).
+    void sync_buffers(bool all_from_root) {
+        auto span = trace("buffers", "comm");
+        const auto start = std::chrono::steady_clock::now();
+        allreduce::call_options call;
+        call.check = options_.check_collectives;
+        buffers_.synchronize(
+            group_, call, [&](tensor_view<float> v) { buckets_.average(v, options_.schedule); }, all_from_root);
+        comm_ns_ += ns(start, std::chrono::steady_clock::now());
     }
 
     void check_replicas() {
@@ -509,13 +602,13 @@ private:
     allreduce::group<C> group_;  // gradient and parameter collectives
     master_weights<Param, D> weights_;
     gradient_exchange<X, S, C> buckets_;
-    std::vector<unsigned char> ready_;
-    std::vector<std::uint32_t> ready_crc_;      // check_gradient_contract: each reported gradient's CRC32C
+    std::optional<layer_reports> reports_;      // which layers gradient_ready reported in this micro-batch
     std::vector<std::size_t> ready_in_bucket_;  // per bucket: how many of its layers are ready
-    bool used_gradient_ready_ = false;
     P policy_;
     std::optional<optim::model_optimizer<O, D>> optimizer_;
     std::optional<amp::loss_scaler<C>> scaler_;
+    std::optional<gradient_intake<Param, D, C>> intake_;
+    buffer_set<C> buffers_;
     timeline* timeline_;
     train::detail::shared_parameters shared_;
 
@@ -525,7 +618,11 @@ private:
     std::vector<std::uint64_t> histogram_ = std::vector<std::uint64_t>(256, 0);  // applied steps by staleness
     std::uint64_t dropped_ = 0;
     double lr_ = 0.0;
-    double compute_ms_ = 0.0;
+    double compute_ms_ = 0.0;  // of the present step, over its micro-batches
+    std::optional<double> grad_norm_;
+    double loss_sum_ = 0.0;  // the losses given for the window's micro-batches
+    std::uint64_t losses_ = 0;
+    std::optional<std::chrono::steady_clock::time_point> window_start_;
     std::atomic<std::uint64_t> comm_ns_{0};
     std::chrono::steady_clock::time_point last_step_end_;
     std::optional<std::chrono::steady_clock::time_point> first_step_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hitch/core/node_layout.hpp"
+#include "hitch/train/buffers.hpp"
 #include "hitch/train/checkpoint.hpp"
 #include "hitch/train/metrics.hpp"
 
@@ -27,6 +28,8 @@ public:
     virtual checkpoint_reader load(const std::filesystem::path& prefix) = 0;
     [[nodiscard]] virtual double learning_rate() const = 0;
     [[nodiscard]] virtual float loss_scale() const = 0;
+    [[nodiscard]] virtual bool accumulation_boundary() const = 0;
+    virtual void register_buffers(std::vector<buffer> buffers) = 0;
     [[nodiscard]] virtual std::uint64_t step_index() const = 0;
     [[nodiscard]] virtual std::uint64_t staleness() const = 0;
     [[nodiscard]] virtual std::vector<std::uint64_t> staleness_histogram() const = 0;

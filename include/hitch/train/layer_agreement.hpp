@@ -60,10 +60,11 @@ void check_layers_locally(std::span<const Layer> layers) {
 
 /// Every rank must have the same layers: count, then each layer's name, size and element type. One fingerprint
 /// is exchanged when they agree; only when they differ is every layer compared, to name the differences.
-/// Collective over `control`.
+/// Collective over `control`. `noun` names what is compared in messages ("layers", "buffers").
 template <communicator C, class Layer>
-void agree_on_layers(C& control, std::span<const Layer> layers, dtype type) {
-    comm::agree(control, static_cast<std::uint64_t>(layers.size()), "hitch::data_parallel: number of layers");
+void agree_on_layers(C& control, std::span<const Layer> layers, dtype type, std::string_view noun = "layers") {
+    comm::agree(control, static_cast<std::uint64_t>(layers.size()),
+                hitch::detail::concat("hitch::data_parallel: number of ", noun));
     std::uint64_t fingerprint = fnv1a_basis;
     std::vector<layer_descriptor> mine;
     for (const Layer& l : layers) {
@@ -75,11 +76,11 @@ void agree_on_layers(C& control, std::span<const Layer> layers, dtype type) {
     if (std::all_of(fingerprints.begin(), fingerprints.end(), [&](std::uint64_t f) { return f == fingerprints[0]; }))
         return;
     std::ostringstream s;
-    s << "hitch::data_parallel: ranks have different layers:";
+    s << "hitch::data_parallel: ranks have different " << noun << ":";
     for (std::size_t k = 0; k < mine.size(); ++k) {
         const auto all = comm::allgather_value(control, mine[k]);
         if (std::all_of(all.begin(), all.end(), [&](const layer_descriptor& d) { return d == all[0]; })) continue;
-        s << " layer " << k << ":";
+        s << ' ' << noun.substr(0, noun.size() - 1) << ' ' << k << ":";
         for (std::size_t r = 0; r < all.size(); ++r)
             s << (r == 0 ? " " : ", ") << "rank " << r << " has '" << all[r].name << "' (" << all[r].size << " x "
               << name(static_cast<dtype>(all[r].type)) << ")";

@@ -1,7 +1,8 @@
 #pragma once
 // Per-step metrics as JSON lines, one object per step and rank:
 //   {"step":12,"epoch":0,"rank":1,"loss":0.41,"accuracy":null,"lr":0.1,"loss_scale":65536,"skipped":false,
-//    "bytes_sent":1048576,"comm_ms":3.2,"compute_ms":11.9,"elapsed_s":4.5}
+//    "bytes_sent":1048576,"comm_ms":3.2,"compute_ms":11.9,"elapsed_s":4.5,"grad_norm":null,"micro_batches":1,
+//    "accumulated":false}
 // data_parallel fills what it knows (step, rank, lr, loss scale, skipped, bytes, times); the training loop adds
 // loss, accuracy and epoch. The library writes only to streams the caller hands it.
 
@@ -30,6 +31,13 @@ struct step_metrics {
     double compute_ms = 0.0;
     /// Seconds since the first step began (for curves against time).
     double elapsed_s = 0.0;
+    /// The global gradient norm before clipping (with clip_grad_norm set and the step applied).
+    std::optional<double> grad_norm;
+    /// Micro-batches this step's gradients came from (accumulation_steps; 1 without accumulation).
+    std::uint64_t micro_batches = 1;
+    /// This call only added a micro-batch's gradients up: no exchange, no optimizer step (the record is returned
+    /// but not written to the metrics stream).
+    bool accumulated = false;
 
     /// The record as one line of JSON (no trailing newline). Non-finite numbers are written as null.
     [[nodiscard]] std::string to_json() const {
@@ -56,7 +64,9 @@ struct step_metrics {
         number("compute_ms", compute_ms);
         s << ',';
         number("elapsed_s", elapsed_s);
-        s << '}';
+        s << ',';
+        number("grad_norm", grad_norm);
+        s << ",\"micro_batches\":" << micro_batches << ",\"accumulated\":" << (accumulated ? "true" : "false") << '}';
         return s.str();
     }
 };

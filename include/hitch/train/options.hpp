@@ -39,6 +39,22 @@ struct data_parallel_options {
     std::size_t bucket_bytes = train::tuning::default_bucket_bytes;
     /// Exchange each bucket as soon as gradient_ready completes it (on a worker thread), overlapping backward.
     bool overlap = true;
+    /// Micro-batches per optimizer step (gradient accumulation: DDP's no_sync(), Horovod's
+    /// backward_passes_per_step, DeepSpeed's gradient_accumulation_steps). Call step() after every micro-batch's
+    /// backward: the first K - 1 calls only add this rank's gradients up (no communication), the K-th exchanges and
+    /// applies their mean, as one step on the K micro-batches together would. step_index(), the learning-rate
+    /// schedule and steps_per_epoch count optimizer steps. Costs one FP32 copy of the gradients.
+    std::uint64_t accumulation_steps = 1;
+    /// Scale the gradients down to this L2 norm, taken over every layer (torch's clip_grad_norm_), when it is larger:
+    /// after loss unscaling and the exchange, before the optimizer; the norm is reported in the metrics. 0: off;
+    /// infinity: report the norm without clipping. Under a parameter-server policy a worker clips the gradients it
+    /// pushes.
+    double clip_grad_norm = 0.0;
+    /// A layer that gradient_ready was not called for in a step, while it was for others, counts as a zero gradient
+    /// (DDP's find_unused_parameters: a branch not taken) instead of being config_error. A layer no rank used in a
+    /// step is left out of the optimizer step (its parameters and state stay as they are). Costs, per step, an
+    /// all-reduce of one number per layer, and the unused layers' buckets start only at step().
+    bool find_unused_layers = false;
     /// Scale the loss (use scale() as the factor) and skip overflowing steps; FP16 models need it.
     bool loss_scaling = false;
     amp::loss_scaler_options scaler{};
@@ -65,7 +81,9 @@ struct data_parallel_options {
             .require(static_cast<bool>(learning_rate), "learning_rate", "empty",
                      "a schedule (e.g. hitch::lr::constant)")
             .at_least("steps_per_epoch", steps_per_epoch, std::uint64_t{1})
-            .closed("bucket_bytes", bucket_bytes, std::size_t{4}, std::size_t{1} << 40);
+            .closed("bucket_bytes", bucket_bytes, std::size_t{4}, std::size_t{1} << 40)
+            .closed("accumulation_steps", accumulation_steps, std::uint64_t{1}, std::uint64_t{1} << 20)
+            .non_negative("clip_grad_norm", clip_grad_norm);
         if (loss_scaling) scaler.validate();
         execution.validate();
     }
