@@ -392,6 +392,14 @@ TEST_CASE("sharded pieces are checked and named by their layer", "[optim][sharde
     CHECK(ok.piece_layers()[1].params.data() == m.params[3].data());
     CHECK(ok.state_bytes() == 2 * sizeof(float));
 
+    // A new view of layer 3 moves its piece along; a view of another size is refused.
+    std::vector<float> w3(m.params[3].size()), g3(w3.size());
+    ok.rebind(3, hitch::view(w3), hitch::view(g3));
+    CHECK(ok.piece_layers()[1].params.data() == w3.data());
+    CHECK(ok.piece_layers()[1].grads.data() == g3.data());
+    CHECK(ok.layers()[3].params.data() == w3.data());
+    CHECK_THROWS_WITH(ok.rebind(3, hitch::view(m.params[2]), hitch::view(m.grads[2])), Catch::Contains("'layer3'"));
+
     const std::vector<optim::piece> across = {{1, 4, 7}, {2, 0, 1000}, {3, 0, 2}};
     CHECK(optim::flat_range_pieces(m.layers, 5, 1010) == across);
     CHECK(optim::flat_range_pieces(m.layers, 1, 1).empty());
