@@ -307,6 +307,20 @@ TEST_CASE("sharded skip mask leaves a layer's state and parameters untouched", "
     run(std::type_identity<optim::lamb>{}, optim::lamb::options_type{.weight_decay = 0.01f}, 0.01f, false);
 }
 
+TEST_CASE("sharded step_piece of every piece is step()", "[optim][sharded]") {
+    float_model a(model_sizes, 3, model_flags), b(model_sizes, 3, model_flags);
+    auto ra = make_ranks<optim::adamw>({}, a.layers, 2), rb = make_ranks<optim::adamw>({}, b.layers, 2);
+    for (std::uint64_t t = 0; t < 3; ++t) {
+        a.fill_gradients(grad_seed, t);
+        b.fill_gradients(grad_seed, t);
+        for (auto& r : ra) r.step(0.01f);
+        for (auto& r : rb)
+            for (std::size_t i = r.pieces().size(); i-- > 0;) r.step_piece(i, 0.01f);
+    }
+    CHECK(bitwise_equal(all_params(a), all_params(b)));
+    CHECK_THROWS_AS(rb[0].step_piece(rb[0].pieces().size(), 0.01f), hitch::config_error);
+}
+
 TEST_CASE("sharded state saves and loads: the run resumes bit for bit", "[optim][sharded]") {
     const auto run = [](auto tag, const auto& options, float lr) {
         using O = typename decltype(tag)::type;

@@ -123,6 +123,16 @@ public:
         step(lr, [](std::span<double>) {}, {});
     }
 
+    /// One step of piece i alone, for an elementwise rule (e.g. as soon as its block of the reduce-scatter lands).
+    void step_piece(std::size_t i, float lr)
+        requires(!needs_reduction)
+    {
+        if (i >= pieces_.size())
+            throw config_error(hitch::detail::concat("hitch::optim::sharded_optimizer::step_piece: piece index ", i,
+                                                     " is outside [0, ", pieces_.size(), ")"));
+        optimizer_.step(piece_layers_[i], states_[i], lr, exec_);
+    }
+
     /// Writes the pieces' state (hitch/optim/state_io.hpp; the layers are the pieces, named by their range).
     void save(std::ostream& out) const {
         save_state(out, optimizer_name(optimizer_), std::span<const layer>(piece_layers_),
