@@ -60,6 +60,8 @@
 #include "hitch/optim/model_optimizer.hpp"
 #include "hitch/optim/momentum.hpp"
 #include "hitch/optim/sgd.hpp"
+#include "hitch/optim/sharded.hpp"
+#include "hitch/optim/split_step.hpp"
 
 #include "hitch/amp/loss_scaler.hpp"
 #include "hitch/amp/mixed_precision.hpp"

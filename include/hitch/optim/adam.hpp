@@ -93,6 +93,8 @@ public:
 
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
     static constexpr std::string_view name = WeightDecay::name;
+    /// Each element's update reads only that element: a piece of a layer steps alone (optim/split_step.hpp).
+    static constexpr bool elementwise = true;
 
     template <device D>
     [[nodiscard]] state_type<D> make_state(D& dev, std::size_t n) const {

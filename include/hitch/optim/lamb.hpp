@@ -9,6 +9,8 @@
 // Two passes over the layer: the first updates m and v and accumulates ||w||^2 and ||r||^2 (reads w, g, m, v;
 // writes m, v), the second recomputes r from the stored m and v — the same bits — and moves w (reads w, m, v;
 // writes w). Storing r instead would move more bytes.
+// The passes are norm_sums() and apply_with_sums() (hitch/optim/split_step.hpp), so sharded state runs pass 1 on
+// each rank's piece of the layer, sums the norms across ranks, then runs pass 2; step() is both on the whole layer.
 //
 // Per layer step, in double, rounded once to float: bc1 = 1 - b1^t, bc2 = 1 - b2^t (both 1 without bias
 // correction). In float: c1 = 1 - b1, c2 = 1 - b2. Per element, in float, each operation rounded on its own:
@@ -37,8 +39,13 @@
 #include "hitch/optim/detail/sqrt.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
 #include "hitch/optim/detail/tiers.hpp"
+#include "hitch/optim/split_step.hpp"
 
 namespace hitch::optim {
+
+namespace detail {
+struct lamb_scalars;
+}  // namespace detail
 
 /// One layer's lamb state on device D.
 template <device D>
@@ -86,9 +93,24 @@ public:
     }
 
     template <host_device D>
-    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const;
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
+        detail::check_step("hitch::optim::lamb", l, {s.m.size(), s.v.size()}, lr);
+        apply_with_sums(l, s, lr, norm_sums(l, s, exec), exec);
+    }
+
+    /// Phase 1 of a step split across the pieces of a layer (optim/split_step.hpp): pass 1 on the piece (m and
+    /// v move) and its ||w||^2 and ||r||^2.
+    template <host_device D>
+    [[nodiscard]] layer_sums norm_sums(const layer& piece, state_type<D>& s, const parallel_options& exec = {}) const;
+    /// Phase 2: pass 2 on the piece with the trust ratio of the whole layer's `sums`; counts the step.
+    template <host_device D>
+    void apply_with_sums(const layer& piece, state_type<D>& s, float lr, layer_sums sums,
+                         const parallel_options& exec = {}) const;
 
 private:
+    /// The scalars of step t of a layer with these flags.
+    [[nodiscard]] detail::lamb_scalars scalars(layer_flags flags, std::uint64_t t) const;
+
     options_type options_;
 };
 
@@ -190,11 +212,8 @@ HITCH_OPTIM_KERNEL void lamb_apply(float* __restrict w, const float* __restrict 
 
 }  // namespace detail
 
-template <host_device D>
-void lamb::step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec) const {
+inline detail::lamb_scalars lamb::scalars(layer_flags flags, std::uint64_t t) const {
     HITCH_OPTIM_STRICT_FP_SCOPE
-    detail::check_step("hitch::optim::lamb", l, {s.m.size(), s.v.size()}, lr);
-    const std::uint64_t t = s.steps + 1;
     detail::lamb_scalars k{};
     k.b1 = options_.beta1;
     k.b2 = options_.beta2;
@@ -203,11 +222,19 @@ void lamb::step(const layer& l, state_type<D>& s, float lr, const parallel_optio
     k.eps = options_.epsilon;
     k.bc1 = options_.bias_correction ? static_cast<float>(1.0 - detail::power(options_.beta1, t)) : 1.0f;
     k.bc2 = options_.bias_correction ? static_cast<float>(1.0 - detail::power(options_.beta2, t)) : 1.0f;
-    k.wd = l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay;
+    k.wd = flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay;
+    return k;
+}
+
+template <host_device D>
+layer_sums lamb::norm_sums(const layer& piece, state_type<D>& s, const parallel_options& exec) const {
+    HITCH_OPTIM_STRICT_FP_SCOPE
+    detail::check_step("hitch::optim::lamb", piece, {s.m.size(), s.v.size()}, 0.0f);
+    const detail::lamb_scalars k = scalars(piece.flags, s.steps + 1);
     const bool decay = k.wd != 0.0f;
-    const std::size_t n = l.size();
-    float* w = l.params.data();
-    const float* g = l.grads.data();
+    const std::size_t n = piece.size();
+    const float* w = piece.params.data();
+    const float* g = piece.grads.data();
     float* m = s.m.data();
     float* v = s.v.data();
 
@@ -227,14 +254,29 @@ void lamb::step(const layer& l, state_type<D>& s, float lr, const parallel_optio
             });
         },
         pass1);
-    double sum_w = 0.0, sum_r = 0.0;
+    layer_sums sums{0.0, 0.0};
     for (std::size_t b = 0; b < blocks; ++b) {
-        sum_w += sw[b];
-        sum_r += sr[b];
+        sums[0] += sw[b];
+        sums[1] += sr[b];
     }
-    const float wn = detail::norm_from_sum(sum_w);
-    const float rn = detail::norm_from_sum(sum_r);
-    const float trust = (l.flags.exclude_from_adaptation || !(wn > 0.0f) || !(rn > 0.0f)) ? 1.0f : wn / rn;
+    return sums;
+}
+
+template <host_device D>
+void lamb::apply_with_sums(const layer& piece, state_type<D>& s, float lr, layer_sums sums,
+                           const parallel_options& exec) const {
+    HITCH_OPTIM_STRICT_FP_SCOPE
+    detail::check_step("hitch::optim::lamb", piece, {s.m.size(), s.v.size()}, lr);
+    const std::uint64_t t = s.steps + 1;
+    const detail::lamb_scalars k = scalars(piece.flags, t);
+    const bool decay = k.wd != 0.0f;
+    const std::size_t n = piece.size();
+    float* w = piece.params.data();
+    const float* m = s.m.data();
+    const float* v = s.v.data();
+    const float wn = detail::norm_from_sum(sums[0]);
+    const float rn = detail::norm_from_sum(sums[1]);
+    const float trust = (piece.flags.exclude_from_adaptation || !(wn > 0.0f) || !(rn > 0.0f)) ? 1.0f : wn / rn;
     const float rate = lr * trust;
     parallel_for(
         n,
@@ -253,5 +295,6 @@ void lamb::step(const layer& l, state_type<D>& s, float lr, const parallel_optio
 HITCH_OPTIM_STRICT_FP_END
 
 static_assert(optimizer<lamb>, "hitch::optim::lamb must model hitch::optimizer");
+static_assert(layerwise_rule<lamb>, "hitch::optim::lamb steps a piece of a layer in two phases");
 
 }  // namespace hitch::optim

@@ -16,6 +16,8 @@
 // rounded to float. The trust ratio, in float, each operation rounded on its own:
 //   t1 = wd * ||w||;  t2 = ||g|| + t1;  t3 = t2 + eps;  t4 = eta * ||w||;  trust = t4 / t3
 // The base rule is then applied with weight decay wd and gradient scale trust (see its header for its order).
+// The two passes are norm_sums() and apply_with_sums() (hitch/optim/split_step.hpp): sharded state sums the
+// norms of each rank's piece of the layer across ranks in between; step() is both on the whole layer.
 // LARS owns the weight decay: the base rule's weight_decay must be 0.
 //
 // Mixed precision: the seed literature's recipe (convert to FP32, apply LARS, convert back) is what
@@ -42,6 +44,7 @@
 #include "hitch/optim/detail/tiers.hpp"
 #include "hitch/optim/momentum.hpp"
 #include "hitch/optim/sgd.hpp"
+#include "hitch/optim/split_step.hpp"
 
 namespace hitch::optim {
 
@@ -100,16 +103,38 @@ public:
     }
 
     /// The trust ratio of layer `l` now (the first pass of step()).
-    [[nodiscard]] float trust_ratio(const layer& l, const parallel_options& exec = {}) const;
+    [[nodiscard]] float trust_ratio(const layer& l, const parallel_options& exec = {}) const {
+        return trust_ratio_from_sums(l.flags, sums_of(l, exec));
+    }
+    /// The trust ratio of a layer with these flags whose ||w||^2 and ||g||^2 are `sums`.
+    [[nodiscard]] float trust_ratio_from_sums(layer_flags flags, layer_sums sums) const;
 
     template <host_device D>
     void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
-        check_layer(l, memory_space::host, std::string("hitch::optim::").append(name));
-        const float wd = l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay;
-        base_.apply(l, s, lr, wd, trust_ratio(l, exec), exec);
+        apply_with_sums(l, s, lr, norm_sums(l, s, exec), exec);
+    }
+
+    /// Phase 1 of a step split across the pieces of a layer (optim/split_step.hpp): this piece's ||w||^2 and
+    /// ||g||^2 (zeros when the layer is excluded from adaptation, which needs no norms).
+    template <host_device D>
+    [[nodiscard]] layer_sums norm_sums(const layer& piece, state_type<D>& /*state*/,
+                                       const parallel_options& exec = {}) const {
+        check_layer(piece, memory_space::host, std::string("hitch::optim::").append(name));
+        return sums_of(piece, exec);
+    }
+    /// Phase 2: the base rule's step of the piece, with the trust ratio of the whole layer's `sums`.
+    template <host_device D>
+    void apply_with_sums(const layer& piece, state_type<D>& s, float lr, layer_sums sums,
+                         const parallel_options& exec = {}) const {
+        check_layer(piece, memory_space::host, std::string("hitch::optim::").append(name));
+        const float wd = piece.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay;
+        base_.apply(piece, s, lr, wd, trust_ratio_from_sums(piece.flags, sums), exec);
     }
 
 private:
+    /// ||w||^2 and ||g||^2 of l, or zeros where the trust ratio needs no norms.
+    [[nodiscard]] static layer_sums sums_of(const layer& l, const parallel_options& exec);
+
     options_type options_;
     Base base_;
 };
@@ -155,16 +180,21 @@ inline std::array<double, 2> sums_of_squares(const float* x, const float* y, std
 
 }  // namespace detail
 
+template <lars_base Base>
+layer_sums lars<Base>::sums_of(const layer& l, const parallel_options& exec) {
+    if (l.flags.exclude_from_adaptation || l.size() == 0) return {0.0, 0.0};
+    return detail::sums_of_squares(l.params.data(), l.grads.data(), l.size(), exec);
+}
+
 HITCH_OPTIM_STRICT_FP_BEGIN
 template <lars_base Base>
-float lars<Base>::trust_ratio(const layer& l, const parallel_options& exec) const {
+float lars<Base>::trust_ratio_from_sums(layer_flags flags, layer_sums sums) const {
     HITCH_OPTIM_STRICT_FP_SCOPE
-    if (l.flags.exclude_from_adaptation || l.size() == 0) return 1.0f;
-    const auto sums = detail::sums_of_squares(l.params.data(), l.grads.data(), l.size(), exec);
+    if (flags.exclude_from_adaptation) return 1.0f;
     const float wn = detail::norm_from_sum(sums[0]);
     const float gn = detail::norm_from_sum(sums[1]);
     if (!(wn > 0.0f) || !(gn > 0.0f)) return 1.0f;
-    const float wd = l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay;
+    const float wd = flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay;
     const float t1 = wd * wn;
     const float t2 = gn + t1;
     const float t3 = t2 + options_.epsilon;
@@ -176,5 +206,6 @@ HITCH_OPTIM_STRICT_FP_END
 static_assert(optimizer<lars<momentum>>, "hitch::optim::lars<momentum> must model hitch::optimizer");
 static_assert(optimizer<lars<sgd>>, "hitch::optim::lars<sgd> must model hitch::optimizer");
 static_assert(optimizer<lars<adam>>, "hitch::optim::lars<adam> must model hitch::optimizer");
+static_assert(layerwise_rule<lars<momentum>>, "hitch::optim::lars steps a piece of a layer in two phases");
 
 }  // namespace hitch::optim

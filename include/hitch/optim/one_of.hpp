@@ -29,6 +29,7 @@
 #include "hitch/core/layer.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/core/tensor.hpp"
+#include "hitch/optim/split_step.hpp"
 
 namespace hitch::optim {
 
@@ -115,10 +116,7 @@ public:
 
     template <class D>
     void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
-        if (s.rule.index() != rule_.index())
-            throw config_error(hitch::detail::concat("hitch::optim::one_of: layer '", l.name, "' holds ",
-                                                     names[s.rule.index()], " state, but this optimizer is ",
-                                                     rule_name()));
+        check_holds(l, s);
         visit_indexed([&]<std::size_t I>(const auto& rule) {
             auto& own = std::get<I>(s.rule);
             own.steps = s.steps;
@@ -127,8 +125,52 @@ public:
         });
     }
 
+    /// A step of the chosen rule on a piece of a layer (optim/split_step.hpp): one_of is elementwise when all its
+    /// rules are; otherwise it steps in two phases, and a chosen elementwise rule reports zero sums in phase 1
+    /// and takes its whole step in phase 2.
+    static constexpr bool elementwise = (elementwise_rule<Os> && ...);
+
+    template <class D>
+        requires(!elementwise && ((elementwise_rule<Os> || layerwise_rule<Os, D>) && ...))
+    [[nodiscard]] layer_sums norm_sums(const layer& piece, state_type<D>& s, const parallel_options& exec = {}) const {
+        check_holds(piece, s);
+        return visit_indexed([&]<std::size_t I>(const auto& rule) -> layer_sums {
+            using rule_type = std::remove_cvref_t<decltype(rule)>;
+            if constexpr (elementwise_rule<rule_type>) {
+                return {0.0, 0.0};
+            } else {
+                auto& own = std::get<I>(s.rule);
+                own.steps = s.steps;
+                return rule.norm_sums(piece, own, exec);
+            }
+        });
+    }
+    template <class D>
+        requires(!elementwise && ((elementwise_rule<Os> || layerwise_rule<Os, D>) && ...))
+    void apply_with_sums(const layer& piece, state_type<D>& s, float lr, layer_sums sums,
+                         const parallel_options& exec = {}) const {
+        check_holds(piece, s);
+        visit_indexed([&]<std::size_t I>(const auto& rule) {
+            auto& own = std::get<I>(s.rule);
+            own.steps = s.steps;
+            if constexpr (elementwise_rule<std::remove_cvref_t<decltype(rule)>>)
+                rule.step(piece, own, lr, exec);
+            else
+                rule.apply_with_sums(piece, own, lr, sums, exec);
+            s.steps = own.steps;
+        });
+    }
+
 private:
     using rule_variant = std::variant<Os...>;
+
+    template <class D>
+    void check_holds(const layer& l, const state_type<D>& s) const {
+        if (s.rule.index() != rule_.index())
+            throw config_error(hitch::detail::concat("hitch::optim::one_of: layer '", l.name, "' holds ",
+                                                     names[s.rule.index()], " state, but this optimizer is ",
+                                                     rule_name()));
+    }
 
     template <std::size_t I = 0>
     static rule_variant make_rule(const std::variant<typename Os::options_type...>& o) {

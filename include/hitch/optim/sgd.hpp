@@ -51,6 +51,8 @@ public:
 
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
     static constexpr std::string_view name = "sgd";
+    /// Each element's update reads only that element: a piece of a layer steps alone (optim/split_step.hpp).
+    static constexpr bool elementwise = true;
 
     template <device D>
     [[nodiscard]] state_type<D> make_state(D& /*device*/, std::size_t /*n*/) const {

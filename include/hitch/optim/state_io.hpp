@@ -12,7 +12,8 @@
 //
 // Loading reads and checks everything before it changes anything: a truncated or corrupt stream (magic, version,
 // length, checksum) is corrupt_message_error saying which; a well-formed state of another optimizer or another
-// model (id, layer count, a layer's size, a buffer's size) is mismatch_error naming both sides.
+// model (id, layer count, a layer's size, a buffer's size, and a layer's name where asked) is mismatch_error
+// naming both sides.
 
 #include <algorithm>
 #include <cstddef>
@@ -35,6 +36,11 @@ namespace hitch::optim {
 
 inline constexpr std::string_view state_magic = "HITCHOPT";
 inline constexpr std::uint32_t state_version = 2;
+
+/// Whether loading compares the saved layer names with the model's: a whole model's layers are matched by
+/// position and size (a renamed layer still loads); the pieces of a sharded state also by name, whose range
+/// tells one rank's shard from another's of the same size.
+enum class layer_names { ignored, must_match };
 
 namespace detail {
 
@@ -144,7 +150,8 @@ inline constexpr frame_format state_format{state_magic, 1, state_version, "hitch
 /// The fields after the header, read with either reader; nothing changes until all of it has been read and
 /// checked.
 template <class Reader, class State, device D>
-void load_payload(Reader& r, std::string_view id, std::span<const layer> layers, std::span<State> states, D& dev) {
+void load_payload(Reader& r, std::string_view id, std::span<const layer> layers, std::span<State> states, D& dev,
+                  layer_names names) {
     const std::string saved_id = r.text(detail::max_id_bytes, "the optimizer id");
     const auto count = r.template value<std::uint64_t>("the layer count");
 
@@ -202,6 +209,10 @@ void load_payload(Reader& r, std::string_view id, std::span<const layer> layers,
             throw mismatch_error(concat("hitch::optim::load_state: layer ", i, " ('", layers[i].name, "') has ",
                                         layers[i].size(), " parameters but the saved layer ", i, " ('", saved[i].name,
                                         "') has ", saved[i].size));
+        if (names == layer_names::must_match && saved[i].name != layers[i].name)
+            throw mismatch_error(concat("hitch::optim::load_state: layer ", i, " is '", layers[i].name,
+                                        "' but the saved layer ", i, " is '", saved[i].name,
+                                        "' (the state of another model or shard)"));
         const auto buffers = states[i].buffers();
         if (saved[i].buffers.size() != std::ranges::size(buffers))
             throw mismatch_error(concat("hitch::optim::load_state: layer ", i, " ('", layers[i].name, "') has ",
@@ -262,7 +273,8 @@ void save_state(std::ostream& out, std::string_view id, std::span<const layer> l
 /// Reads a state written by save_state into `states` (which must have the saved layout), or throws without
 /// changing anything (see the file comment for which error says what).
 template <class State, device D>
-void load_state(std::istream& in, std::string_view id, std::span<const layer> layers, std::span<State> states, D& dev) {
+void load_state(std::istream& in, std::string_view id, std::span<const layer> layers, std::span<State> states, D& dev,
+                layer_names names = layer_names::ignored) {
     using detail::concat;
     if (layers.size() != states.size())
         throw config_error(
@@ -278,12 +290,12 @@ void load_state(std::istream& in, std::string_view id, std::span<const layer> la
             throw corrupt_message_error(
                 "hitch::optim::load_state: the state was written with another byte order "
                 "or is corrupt (bad byte-order mark)");
-        detail::load_payload(r, id, layers, states, dev);
+        detail::load_payload(r, id, layers, states, dev, names);
         return;
     }
     const std::vector<std::byte> frame = detail::read_frame(in, std::move(start));
     detail::frame_state_reader r(open_frame(frame, detail::state_format).payload);
-    detail::load_payload(r, id, layers, states, dev);
+    detail::load_payload(r, id, layers, states, dev, names);
 }
 
 }  // namespace hitch::optim
