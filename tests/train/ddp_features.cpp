@@ -16,6 +16,7 @@
 #include "hitch/sync/hogwild.hpp"
 #include "hitch/sync/local_sgd.hpp"
 #include "hitch/train/data_parallel.hpp"
+#include "toy_model.hpp"
 
 using hitch::comm::local;
 using hitch::comm::run_local;
@@ -23,34 +24,13 @@ using hitch_test::expect;
 
 namespace {
 
-/// Exactly representable gradients (multiples of 1/8 in [-1, 1]) of rank r's micro-batch `batch`.
 float grad_of(int rank, std::uint64_t batch, std::size_t layer, std::size_t i) {
-    return static_cast<float>((rank * 7 + static_cast<int>(batch) * 3 + static_cast<int>(layer) * 5 +
-                               static_cast<int>(i % 1009)) %
-                                  17 -
-                              8) /
-           8.0f;
+    return hitch_test::grad_value(rank, batch, layer, i);
 }
 
-struct model {
-    std::vector<std::vector<float>> w, g;
-    explicit model(const std::vector<std::size_t>& sizes) {
-        for (std::size_t k = 0; k < sizes.size(); ++k) {
-            w.emplace_back(sizes[k]);
-            g.emplace_back(sizes[k]);
-            for (std::size_t i = 0; i < sizes[k]; ++i) w[k][i] = static_cast<float>(i % 13) * 0.25f - 1.0f;
-        }
-    }
-    std::vector<hitch::layer> layers() {
-        std::vector<hitch::layer> out;
-        for (std::size_t k = 0; k < w.size(); ++k)
-            out.push_back({"layer" + std::to_string(k), hitch::view(w[k]), hitch::view(g[k])});
-        return out;
-    }
-    void fill(int rank, std::uint64_t batch) {
-        for (std::size_t k = 0; k < g.size(); ++k)
-            for (std::size_t i = 0; i < g[k].size(); ++i) g[k][i] = grad_of(rank, batch, k, i);
-    }
+struct model : hitch_test::toy_model {
+    using toy_model::toy_model;
+    void fill(int rank, std::uint64_t batch) { fill_grads(rank, batch); }
 };
 
 double max_abs_diff(const model& a, const model& b) {
@@ -126,7 +106,8 @@ TEST_CASE("accumulating K micro-batches equals one step on them together, with o
     }
 }
 
-TEST_CASE("a non-finite micro-batch skips its whole window under loss scaling", "[train][data_parallel][accumulation]") {
+TEST_CASE("a non-finite micro-batch skips its whole window under loss scaling",
+          "[train][data_parallel][accumulation]") {
     const auto results = run_local(2, [](local& comm) {
         model m({64, 9});
         hitch::cpu dev;
@@ -249,7 +230,8 @@ TEST_CASE("buffers agree after every step: rank 0's values or the mean, bitwise"
         model m({10});
         std::vector<float> mean(5), var(3), count(1);
         const auto fill = [&](int step) {
-            for (std::size_t i = 0; i < mean.size(); ++i) mean[i] = 0.1f * static_cast<float>(comm.rank() + step) + static_cast<float>(i);
+            for (std::size_t i = 0; i < mean.size(); ++i)
+                mean[i] = 0.1f * static_cast<float>(comm.rank() + step) + static_cast<float>(i);
             for (std::size_t i = 0; i < var.size(); ++i) var[i] = 1.0f / static_cast<float>(comm.rank() + 3 + step);
             count[0] = static_cast<float>(comm.rank() * 10 + step);
         };
@@ -312,10 +294,9 @@ TEST_CASE("buffers that differ across ranks are mismatch_error; asynchronous pol
         model m({4});
         std::vector<float> b(3);
         hitch::cpu dev;
-        hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::hogwild> dp(comm, dev,
-                                                                                               m.layers());
-        CHECK_THROWS_WITH(dp.register_buffers({{"bn.mean", hitch::view(b)}}), Catch::Contains("asynchronous") ||
-                                                                                   Catch::Contains("on their own"));
+        hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::hogwild> dp(comm, dev, m.layers());
+        CHECK_THROWS_WITH(dp.register_buffers({{"bn.mean", hitch::view(b)}}),
+                          Catch::Contains("asynchronous") || Catch::Contains("on their own"));
         hitch::data_parallel<hitch::optim::sgd> sync_dp(comm, dev, m.layers());
         CHECK_THROWS_WITH(sync_dp.register_buffers({{"a", hitch::view(b)}, {"a", hitch::view(b)}}),
                           Catch::Contains("two buffers are named 'a'"));

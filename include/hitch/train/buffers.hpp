@@ -50,17 +50,18 @@ public:
         for (std::size_t i = 0; i < more.size(); ++i) {
             const std::string& name = more[i].name;
             if (name.empty())
-                throw config_error(hitch::detail::concat("hitch::data_parallel::register_buffers: buffer ", i,
-                                                         " has no name"));
+                throw config_error(
+                    hitch::detail::concat("hitch::data_parallel::register_buffers: buffer ", i, " has no name"));
             if (!more[i].values.on_host())
                 throw config_error(hitch::detail::concat("hitch::data_parallel::register_buffers: buffer '", name,
                                                          "' is not in host memory"));
             const auto same = [&](const buffer& b) { return b.name == name; };
             if (std::count_if(more.begin(), more.end(), same) > 1 ||
                 std::any_of(buffers_.begin(), buffers_.end(), same))
-                throw config_error(hitch::detail::concat("hitch::data_parallel::register_buffers: two buffers are "
-                                                         "named '",
-                                                         name, "'"));
+                throw config_error(
+                    hitch::detail::concat("hitch::data_parallel::register_buffers: two buffers are "
+                                          "named '",
+                                          name, "'"));
         }
         struct described {
             std::string name;
@@ -74,7 +75,8 @@ public:
         // Staging: the broadcast buffers first, then the averaged ones, each kind in registration order.
         broadcast_n_ = 0;
         std::size_t average_n = 0;
-        for (const buffer& b : buffers_) (b.sync == buffer_sync::broadcast ? broadcast_n_ : average_n) += b.values.size();
+        for (const buffer& b : buffers_)
+            (b.sync == buffer_sync::broadcast ? broadcast_n_ : average_n) += b.values.size();
         offsets_.clear();
         std::size_t at_b = 0, at_a = broadcast_n_;
         for (const buffer& b : buffers_) {

@@ -16,30 +16,25 @@
 
 namespace hitch::train::detail {
 
-/// Sum of the squares of every gradient of `layers`, leaving out layer k where skip[k] != 0 (skip may be empty).
+/// Sum of the squares of every gradient of `layers`.
 [[nodiscard]] inline double gradient_sum_of_squares(std::span<const hitch::layer> layers,
-                                                    std::span<const unsigned char> skip,
                                                     const parallel_options& exec) {
     double total = 0.0;
-    for (std::size_t k = 0; k < layers.size(); ++k) {
-        if (!skip.empty() && skip[k] != 0) continue;
-        total += optim::detail::sum_of_squares(layers[k].grads.data(), layers[k].size(), exec);
-    }
+    for (const hitch::layer& l : layers) total += optim::detail::sum_of_squares(l.grads.data(), l.size(), exec);
     return total;
 }
 
-/// Scales every gradient (but the skipped layers') so the global norm, from `sum_of_squares`, is at most max_norm;
-/// returns the norm before clipping. A non-finite norm clips nothing: the caller's non-finite checks decide.
-inline double clip_to_norm(std::span<const hitch::layer> layers, std::span<const unsigned char> skip,
-                           double sum_of_squares, double max_norm, const parallel_options& exec) {
+/// Scales every gradient of `layers` so the global norm, from `sum_of_squares`, is at most max_norm; returns the
+/// norm before clipping. A non-finite norm clips nothing: the caller's non-finite checks decide.
+inline double clip_to_norm(std::span<const hitch::layer> layers, double sum_of_squares, double max_norm,
+                           const parallel_options& exec) {
     const double norm = std::sqrt(sum_of_squares);
     if (!std::isfinite(norm) || !(norm > max_norm)) return norm;
     const float coefficient = static_cast<float>(max_norm / (norm + 1e-6));
-    for (std::size_t k = 0; k < layers.size(); ++k) {
-        if (!skip.empty() && skip[k] != 0) continue;
-        float* g = layers[k].grads.data();
+    for (const hitch::layer& l : layers) {
+        float* g = l.grads.data();
         parallel_for(
-            layers[k].size(),
+            l.size(),
             [&](std::size_t b, std::size_t e) {
                 for (std::size_t i = b; i < e; ++i) g[i] *= coefficient;
             },

@@ -144,6 +144,10 @@ public:
     /// Nodes (machines) the ranks run on.
     [[nodiscard]] int node_count() const { return engine_->nodes().nodes; }
     [[nodiscard]] std::size_t bucket_count() const { return engine_->bucket_count(); }
+    /// Bytes of optimizer state this rank holds (about 1/p of the whole under options.zero_stage).
+    [[nodiscard]] std::size_t optimizer_state_bytes() const { return engine_->optimizer_state_bytes(); }
+    /// Bytes of FP32 master parameters this rank holds beside an FP16 or BF16 model (0 for an FP32 model).
+    [[nodiscard]] std::size_t master_weight_bytes() const { return engine_->master_weight_bytes(); }
     /// CRC32C of the parameters (equal on every rank under hard sync).
     [[nodiscard]] std::uint64_t parameter_hash() const { return engine_->parameter_hash(); }
 

@@ -50,6 +50,7 @@
 #include "hitch/train/layer_reports.hpp"
 #include "hitch/train/master_weights.hpp"
 #include "hitch/train/metrics.hpp"
+#include "hitch/train/optimizer_stage.hpp"
 #include "hitch/train/options.hpp"
 #include "hitch/train/server_link.hpp"
 #include "hitch/train/shared_parameters.hpp"
@@ -83,7 +84,20 @@ public:
         static_assert(allreduce::check_schedule<S, C>());
         reports_.emplace(layers32(), options_.find_unused_layers);
         ready_in_bucket_.assign(buckets_.size(), 0);
-        optimizer_.emplace(options_.optimizer, layers32(), dev, options_.execution);
+        if (options_.zero_stage != 0) {
+            if (!P::exchanges_gradients || asynchronous_policy<P>)
+                throw config_error(concat("hitch::data_parallel: option zero_stage = ", options_.zero_stage,
+                                          " shards the optimizer over ranks that exchange gradients every step; the "
+                                          "sync policy '",
+                                          P::name, "' does not (use sync::hard)"));
+            if (options_.zero_stage == 2 && !plain_float_v<X>)
+                throw config_error(concat("hitch::data_parallel: option zero_stage = 2 reduce-scatters plain FP32 ",
+                                          "gradients; the compressor '", X::name,
+                                          "' needs zero_stage = 1 (its exchange stays as it is)"));
+            buckets_.set_reduce_scatter(options_.zero_stage == 2);
+        }
+        optimizer_.emplace(options_.optimizer, layers32(), dev, options_.execution,
+                           options_.zero_stage != 0 ? std::optional(buckets_.own_pieces()) : std::nullopt);
         if (options_.loss_scaling) scaler_.emplace(agreement(), options_.scaler);
         intake_.emplace(weights_, scaler_, options_.accumulation_steps, options_.execution);
         if constexpr (shared_memory_policy<P>) {
@@ -205,6 +219,8 @@ public:
     [[nodiscard]] int size() const override { return control_.size(); }
     [[nodiscard]] const node_layout& nodes() const override { return nodes_; }
     [[nodiscard]] std::size_t bucket_count() const override { return buckets_.size(); }
+    [[nodiscard]] std::size_t optimizer_state_bytes() const override { return optimizer_->state_bytes(); }
+    [[nodiscard]] std::size_t master_weight_bytes() const override { return weights_.master_bytes(); }
     [[nodiscard]] std::uint64_t parameter_hash() const override { return weights_.hash(); }
 
     [[nodiscard]] std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const override {
@@ -276,11 +292,12 @@ public:
         auto span = trace("optimizer", "compute");
         const std::span<const unsigned char> skip = unused_everywhere();
         if (options_.clip_grad_norm > 0.0) clip_gradients(skip);
-        if (skip.empty()) {
-            optimizer_->step(static_cast<float>(lr_));
-        } else {
-            for (std::size_t k = 0; k < layers32().size(); ++k)
-                if (skip[k] == 0) optimizer_->step(k, static_cast<float>(lr_));
+        optimizer_->step(static_cast<float>(lr_), skip, [&](std::span<double> sums) { sum_over_ranks(sums); });
+        if (optimizer_->sharded()) {
+            auto gather = trace("all-gather parameters", "comm");
+            const auto start = std::chrono::steady_clock::now();
+            buckets_.allgather_parameters();
+            comm_ns_ += ns(start, std::chrono::steady_clock::now());
         }
         weights_.write_back();
     }
@@ -291,7 +308,7 @@ public:
         buckets_.average_parameters(options_.schedule);
         if (with_state)
             for (std::size_t k = 0; k < layers32().size(); ++k)
-                for (tensor_view<float> buffer : optimizer_->state(k).buffers())
+                for (tensor_view<float> buffer : optimizer_->full().state(k).buffers())
                     buckets_.average(buffer, options_.schedule);
         weights_.write_back();
         comm_ns_ += ns(start, std::chrono::steady_clock::now());
@@ -571,10 +588,34 @@ private:
     }
 
     /// Clips this rank's FP32 gradients to the global norm (clipping.hpp) and remembers the norm for the metrics.
+    /// Under ZeRO stage 2 a rank holds the averaged gradient of its pieces only: their sums of squares are added up
+    /// over the ranks.
     void clip_gradients(std::span<const unsigned char> skip) {
         auto span = trace("clip gradients", "compute");
-        const double sum = gradient_sum_of_squares(layers32(), skip, options_.execution);
-        grad_norm_ = clip_to_norm(layers32(), skip, sum, options_.clip_grad_norm, options_.execution);
+        std::vector<hitch::layer> held;
+        if (options_.zero_stage == 2) {
+            for (const optim::piece& pc : buckets_.own_pieces())
+                if (skip.empty() || skip[pc.layer] == 0) {
+                    const hitch::layer& l = layers32()[pc.layer];
+                    held.push_back({l.name, l.params.subview(pc.begin, pc.size()), l.grads.subview(pc.begin, pc.size()),
+                                    l.flags, 0});
+                }
+        } else {
+            for (std::size_t k = 0; k < layers32().size(); ++k)
+                if (skip.empty() || skip[k] == 0) held.push_back(layers32()[k]);
+        }
+        double sum = gradient_sum_of_squares(held, options_.execution);
+        if (options_.zero_stage == 2) sum_over_ranks(std::span<double>(&sum, 1));
+        grad_norm_ = clip_to_norm(held, sum, options_.clip_grad_norm, options_.execution);
+    }
+
+    /// Replaces each value by its sum over the ranks (ZeRO's partial norms).
+    void sum_over_ranks(std::span<double> values) {
+        auto span = trace("sum over ranks", "comm");
+        allreduce::call_options call;
+        call.check = options_.check_collectives;
+        allreduce::allreduce(group_, tensor_view<double>(values.data(), values.size()), allreduce::reduce_op::sum,
+                             allreduce::recursive_doubling{}, call);
     }
 
     /// Broadcasts and averages the buffers (or, `all_from_root`, gives every rank rank 0's).
@@ -605,7 +646,7 @@ private:
     std::optional<layer_reports> reports_;      // which layers gradient_ready reported in this micro-batch
     std::vector<std::size_t> ready_in_bucket_;  // per bucket: how many of its layers are ready
     P policy_;
-    std::optional<optim::model_optimizer<O, D>> optimizer_;
+    std::optional<optimizer_stage<O, D>> optimizer_;
     std::optional<amp::loss_scaler<C>> scaler_;
     std::optional<gradient_intake<Param, D, C>> intake_;
     buffer_set<C> buffers_;

@@ -43,6 +43,8 @@ public:
     [[nodiscard]] virtual const node_layout& nodes() const = 0;
     [[nodiscard]] virtual std::uint64_t parameter_hash() const = 0;
     [[nodiscard]] virtual std::size_t bucket_count() const = 0;
+    [[nodiscard]] virtual std::size_t optimizer_state_bytes() const = 0;
+    [[nodiscard]] virtual std::size_t master_weight_bytes() const = 0;
     [[nodiscard]] virtual std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const = 0;
 };
 

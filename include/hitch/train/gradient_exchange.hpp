@@ -2,6 +2,12 @@
 // data_parallel's gradient buckets and the collectives that average them over ranks: the fixed plan (buckets.hpp),
 // each bucket's staging buffer and aggregation state, and the exchange itself, through the codec
 // (compress::aggregate) or, for compress::none, as a plain all-reduce. Bytes put on the wire are counted here.
+//
+// Under ZeRO (Rajbhandari et al., SC'20) rank r owns block partition(n, p, r) of every bucket of n elements: its
+// optimizer steps those pieces of the layers. Stage 2 reduce-scatters the buckets (rank r receives the average of
+// its block only); both stages all-gather the parameters after the step, a bucket at a time, with the buckets'
+// buffers as staging. The reduce-scatter and all-gather are the ring's (Patarasuk and Yuan 2009): the bandwidth
+// optimal pair, and the schedules with a reduce-scatter of their own have none that cuts the same blocks.
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +22,7 @@
 
 #include "hitch/allreduce/collectives.hpp"
 #include "hitch/allreduce/group.hpp"
+#include "hitch/allreduce/partition.hpp"
 #include "hitch/amp/nonfinite.hpp"
 #include "hitch/compress/none.hpp"
 #include "hitch/compress/powersgd.hpp"
@@ -25,6 +32,7 @@
 #include "hitch/core/layer.hpp"
 #include "hitch/core/tensor.hpp"
 #include "hitch/exchange/aggregate.hpp"
+#include "hitch/optim/sharded.hpp"
 #include "hitch/train/buckets.hpp"
 #include "hitch/train/timeline.hpp"
 
@@ -78,6 +86,14 @@ public:
     void exchange(std::size_t b, const S& schedule) {
         bucket& bk = buckets_[b];
         const tensor_view<float> data(bk.data.data(), bk.data.size());
+        if (scatter_) {
+            if constexpr (plain_float_v<X>) {
+                (void)allreduce::reduce_scatter(group_, data, allreduce::reduce_op::average, call_);
+                const std::size_t p = static_cast<std::size_t>(group_.size());
+                bytes_sent_ += static_cast<std::uint64_t>((p - 1) * (data.size_bytes() / p));
+            }
+            return;
+        }
         if constexpr (plain_float_v<X>) {
             average(data, schedule);
         } else {
@@ -99,11 +115,47 @@ public:
         bytes_sent_ += static_cast<std::uint64_t>(schedule.cost(group_.size(), data.size_bytes(), k).sent_bytes);
     }
 
-    /// Copies the layers' gradients out of bucket b after its exchange.
+    /// Copies the layers' gradients out of bucket b after its exchange (after a reduce-scatter: this rank's block).
     void unpack_gradients(std::size_t b) const {
-        for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
-            const hitch::layer& l = layers_[plan_[b].layers[i]];
-            std::memcpy(l.grads.data(), buckets_[b].data.data() + plan_[b].offsets[i], l.size() * sizeof(float));
+        const allreduce::block mine = scatter_ ? own_block(b) : allreduce::block{0, plan_[b].elements};
+        for_each_overlap(b, mine, [&](const hitch::layer& l, std::size_t at, std::size_t in_bucket, std::size_t n) {
+            std::memcpy(l.grads.data() + at, buckets_[b].data.data() + in_bucket, n * sizeof(float));
+        });
+    }
+
+    // ---- ZeRO ----
+
+    /// Stage 2: exchange() reduce-scatters instead of all-reducing (compress::none only).
+    void set_reduce_scatter(bool on) noexcept { scatter_ = on; }
+    /// This rank's block of bucket b.
+    [[nodiscard]] allreduce::block own_block(std::size_t b) const {
+        return allreduce::partition(plan_[b].elements, group_.size(), group_.rank());
+    }
+    /// This rank's pieces of the layers: its blocks of every bucket.
+    [[nodiscard]] std::vector<optim::piece> own_pieces() const {
+        std::vector<optim::piece> out;
+        for (std::size_t b = 0; b < plan_.size(); ++b)
+            for_each_overlap(b, own_block(b), [&](const hitch::layer& l, std::size_t at, std::size_t, std::size_t n) {
+                out.push_back({static_cast<std::size_t>(&l - layers_.data()), at, at + n});
+            });
+        return out;
+    }
+    /// Every rank gets every rank's pieces of the parameters: per bucket, this rank's block in, an all-gather, all
+    /// out. Counts the bytes sent.
+    void allgather_parameters() {
+        const std::size_t p = static_cast<std::size_t>(group_.size());
+        for (std::size_t b = 0; b < plan_.size(); ++b) {
+            bucket& bk = buckets_[b];
+            for_each_overlap(b, own_block(b),
+                             [&](const hitch::layer& l, std::size_t at, std::size_t in_bucket, std::size_t n) {
+                                 std::memcpy(bk.data.data() + in_bucket, l.params.data() + at, n * sizeof(float));
+                             });
+            allreduce::allgather(group_, tensor_view<float>(bk.data.data(), bk.data.size()), call_);
+            bytes_sent_ += static_cast<std::uint64_t>((p - 1) * (bk.data.size() * sizeof(float) / p));
+            for_each_overlap(b, {0, plan_[b].elements},
+                             [&](const hitch::layer& l, std::size_t at, std::size_t in_bucket, std::size_t n) {
+                                 std::memcpy(l.params.data() + at, bk.data.data() + in_bucket, n * sizeof(float));
+                             });
         }
     }
 
@@ -145,6 +197,17 @@ public:
     }
 
 private:
+    /// fn(layer, offset in the layer, offset in the bucket, count) for each layer of bucket b that meets `range`.
+    template <class Fn>
+    void for_each_overlap(std::size_t b, allreduce::block range, Fn&& fn) const {
+        for (std::size_t i = 0; i < plan_[b].layers.size(); ++i) {
+            const hitch::layer& l = layers_[plan_[b].layers[i]];
+            const std::size_t lo = std::max(range.offset, plan_[b].offsets[i]);
+            const std::size_t hi = std::min(range.offset + range.count, plan_[b].offsets[i] + l.size());
+            if (lo < hi) fn(l, lo - plan_[b].offsets[i], lo, hi - lo);
+        }
+    }
+
     allreduce::group<C>& group_;
     allreduce::call_options call_{};
     X codec_;
@@ -154,6 +217,7 @@ private:
     std::vector<bucket> buckets_;
     timeline* timeline_;
     std::atomic<std::uint64_t> bytes_sent_{0};
+    bool scatter_ = false;
 };
 
 }  // namespace hitch::train::detail

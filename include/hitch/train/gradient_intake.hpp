@@ -28,15 +28,15 @@ namespace hitch::train::detail {
 
 /// What a layer's gradient looked like when it came in.
 struct intake_verdict {
-    bool bad = false;                       // overflow under loss scaling, or a non-finite element
+    bool bad = false;                        // overflow under loss scaling, or a non-finite element
     amp::detail::nonfinite_report report{};  // without loss scaling: the first non-finite element
 };
 
 template <floating_element Param, device D, communicator C>
 class gradient_intake {
 public:
-    gradient_intake(master_weights<Param, D>& weights, std::optional<amp::loss_scaler<C>>& scaler,
-                    std::uint64_t window, const parallel_options& exec)
+    gradient_intake(master_weights<Param, D>& weights, std::optional<amp::loss_scaler<C>>& scaler, std::uint64_t window,
+                    const parallel_options& exec)
         : weights_(weights), scaler_(scaler), window_(window), exec_(exec) {
         if (window_ > 1) {
             sums_.resize(weights_.layers().size());

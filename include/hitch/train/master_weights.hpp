@@ -46,6 +46,13 @@ public:
     /// The model's own layers, as handed over.
     [[nodiscard]] const std::vector<user_layer>& user_layers() const noexcept { return user_layers_; }
 
+    /// Bytes of FP32 master parameters held beside the model (0 for an FP32 model, stepped in place).
+    [[nodiscard]] std::size_t master_bytes() const noexcept {
+        std::size_t n = 0;
+        for (const auto& m : masters_) n += m.size() * sizeof(float);
+        return n;
+    }
+
     /// Rounds the masters into the model's parameters; nothing to do for an FP32 model.
     void write_back() {
         if constexpr (mixed_precision) {

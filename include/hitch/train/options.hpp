@@ -55,6 +55,13 @@ struct data_parallel_options {
     /// step is left out of the optimizer step (its parameters and state stay as they are). Costs, per step, an
     /// all-reduce of one number per layer, and the unused layers' buckets start only at step().
     bool find_unused_layers = false;
+    /// Shard the optimizer across ranks (ZeRO, Rajbhandari et al. SC'20; torch's ZeroRedundancyOptimizer): 0 off;
+    /// 1: gradients are exchanged as usual, each rank keeps the optimizer state of, and steps, only its block of every
+    /// bucket (1/p of the state), then the parameters are all-gathered; 2: the same, with the gradients
+    /// reduce-scattered instead of all-reduced (each rank receives only its block; compress::none only). Needs a
+    /// policy that exchanges gradients every step (sync::hard). Every optimizer shards, LARS and LAMB with one extra
+    /// all-reduce of two numbers per layer for their norms.
+    unsigned zero_stage = 0;
     /// Scale the loss (use scale() as the factor) and skip overflowing steps; FP16 models need it.
     bool loss_scaling = false;
     amp::loss_scaler_options scaler{};
@@ -83,7 +90,8 @@ struct data_parallel_options {
             .at_least("steps_per_epoch", steps_per_epoch, std::uint64_t{1})
             .closed("bucket_bytes", bucket_bytes, std::size_t{4}, std::size_t{1} << 40)
             .closed("accumulation_steps", accumulation_steps, std::uint64_t{1}, std::uint64_t{1} << 20)
-            .non_negative("clip_grad_norm", clip_grad_norm);
+            .non_negative("clip_grad_norm", clip_grad_norm)
+            .closed("zero_stage", zero_stage, 0u, 2u);
         if (loss_scaling) scaler.validate();
         execution.validate();
     }
