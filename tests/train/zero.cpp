@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -254,4 +255,88 @@ TEST_CASE("ZeRO composes with clipping and unused layers", "[train][data_paralle
             for (std::size_t s = 0; s < 3; ++s) CHECK(results[1].second[s] == Approx(unsharded.second[s]));
         }
     }
+}
+
+TEST_CASE("ZeRO under mixed precision keeps 1/p of the FP32 masters and trains as the unsharded run",
+          "[train][data_parallel][zero]") {
+    using half = hitch::half;
+    using dp_t =
+        hitch::data_parallel<hitch::optim::adam, hitch::compress::none, hitch::sync::hard, hitch::allreduce::ring>;
+    const auto dir = std::filesystem::temp_directory_path() / ("hitch-test-zero-mp-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    struct run_result {
+        std::vector<std::vector<half>> w;
+        std::size_t master_bytes = 0;
+        std::uint64_t hash = 0;
+    };
+    // steps: 4; with `resume_at`, a fresh model and data_parallel load the checkpoint written after that many steps.
+    const auto run = [&](int p, unsigned zero, int resume_at) {
+        return run_local(p, [&](local& comm) {
+            std::vector<std::vector<half>> w, g;
+            const auto make = [&] {
+                w.clear();
+                g.clear();
+                for (std::size_t k = 0; k < shape.size(); ++k) {
+                    w.emplace_back(shape[k]);
+                    g.emplace_back(shape[k]);
+                    for (std::size_t i = 0; i < shape[k]; ++i)
+                        w[k][i] = half(static_cast<float>((i * 7 + k * 3) % 23) * 0.05f - 0.5f);
+                }
+                std::vector<hitch::amp::low_precision_layer<half>> layers;
+                for (std::size_t k = 0; k < shape.size(); ++k)
+                    layers.push_back({"l" + std::to_string(k), hitch::view(w[k]), hitch::view(g[k])});
+                return layers;
+            };
+            hitch::cpu dev;
+            dp_t::options o;
+            o.zero_stage = zero;
+            o.loss_scaling = true;
+            o.learning_rate = hitch::lr::constant({0.01});
+            o.bucket_bytes = 8192;
+            o.replica_check_interval = 1;  // every rank's model must agree after every step
+            auto dp = std::make_unique<dp_t>(comm, dev, make(), o);
+            for (int s = 0; s < 4; ++s) {
+                if (s == resume_at) {
+                    dp = std::make_unique<dp_t>(comm, dev, make(), o);
+                    (void)dp->load((dir / "mp").string());
+                }
+                net source;
+                source.fill(comm.rank(), s);
+                for (std::size_t k = 0; k < shape.size(); ++k)
+                    for (std::size_t i = 0; i < shape[k]; ++i) g[k][i] = half(source.g[k][i] * dp->loss_scale());
+                expect(!dp->step().skipped, "step applied");
+                if (resume_at < 0 && s == 1) dp->save((dir / "mp").string());
+            }
+            return run_result{w, dp->master_weight_bytes(), dp->parameter_hash()};
+        });
+    };
+    for (int p : {2, 3}) {
+        const auto plain = run(p, 0, -1);
+        for (unsigned zero : {1u, 2u}) {
+            CAPTURE(p, zero);
+            const auto sharded = run(p, zero, -1);
+            std::size_t masters = 0;
+            for (const auto& r : sharded) {
+                CHECK(r.w == sharded[0].w);
+                CHECK(r.hash == sharded[0].hash);
+                masters += r.master_bytes;
+                CHECK(static_cast<double>(r.master_bytes) <=
+                      static_cast<double>(plain[0].master_bytes) / p + 4.0 * 8 * 3);
+            }
+            CHECK(masters == plain[0].master_bytes);
+            if (zero == 1) {
+                CHECK(sharded[0].w == plain[0].w);  // the same FP32 steps, the same rounding
+            } else {
+                double worst = 0;
+                for (std::size_t k = 0; k < shape.size(); ++k)
+                    for (std::size_t i = 0; i < shape[k]; ++i)
+                        worst = std::max(worst, std::fabs(static_cast<double>(float(sharded[0].w[k][i])) -
+                                                          static_cast<double>(float(plain[0].w[k][i]))));
+                CHECK(worst <= 1e-3);  // an FP16 ulp near 1
+            }
+            const auto resumed = run(p, zero, 2);
+            for (std::size_t r = 0; r < resumed.size(); ++r) CHECK(resumed[r].w == sharded[r].w);
+        }
+    }
+    std::filesystem::remove_all(dir);
 }

@@ -95,9 +95,14 @@ public:
                                           "gradients; the compressor '", X::name,
                                           "' needs zero_stage = 1 (its exchange stays as it is)"));
             buckets_.set_reduce_scatter(options_.zero_stage == 2);
+            if constexpr (master_weights<Param, D>::mixed_precision) weights_.shard(dev, buckets_.own_pieces());
         }
-        optimizer_.emplace(options_.optimizer, layers32(), dev, options_.execution,
-                           options_.zero_stage != 0 ? std::optional(buckets_.own_pieces()) : std::nullopt);
+        std::optional<std::vector<optim::piece>> pieces;
+        if (options_.zero_stage != 0) pieces = weights_.sharded() ? weights_.optimizer_pieces() : buckets_.own_pieces();
+        optimizer_.emplace(
+            options_.optimizer,
+            std::vector<hitch::layer>(weights_.optimizer_layers().begin(), weights_.optimizer_layers().end()), dev,
+            options_.execution, std::move(pieces));
         if (options_.loss_scaling) scaler_.emplace(agreement(), options_.scaler);
         intake_.emplace(weights_, scaler_, options_.accumulation_steps, options_.execution);
         if constexpr (shared_memory_policy<P>) {
@@ -232,7 +237,8 @@ public:
         require_idle("save");
         checkpoint_writer w;
         write_meta(w, identity(), step_);
-        write_parameters(w, layers32());
+        write_parameters(w, weights_.optimizer_layers());
+        if (weights_.sharded()) write_model_parameters(w, weights_.model_parameters());
         w.add_stream("hitch.optimizer", [&](std::ostream& os) { optimizer_->save(os); });
         write_codec_states(w, buckets_.codec(), buckets_.size(),
                            [&](std::size_t b) -> const auto& { return *buckets_[b].codec_state; });
@@ -263,7 +269,7 @@ public:
         try {
             r.emplace(checkpoint_path(prefix));
             (void)read_meta(*r, identity());
-            (void)read_parameters(*r, layers32());
+            (void)read_parameters(*r, weights_.optimizer_layers());
             (void)read_sync(*r, policy_);
             client = r->section("hitch.server.client");
         } catch (...) {
@@ -293,13 +299,20 @@ public:
         const std::span<const unsigned char> skip = unused_everywhere();
         if (options_.clip_grad_norm > 0.0) clip_gradients(skip);
         optimizer_->step(static_cast<float>(lr_), skip, [&](std::span<double> sums) { sum_over_ranks(sums); });
+        weights_.write_back();  // sharded: this rank's pieces only
         if (optimizer_->sharded()) {
             auto gather = trace("all-gather parameters", "comm");
             const auto start = std::chrono::steady_clock::now();
-            buckets_.allgather_parameters();
+            if constexpr (master_weights<Param, D>::mixed_precision) {
+                const auto views = weights_.model_parameters();
+                buckets_.allgather_parameters(std::span<const tensor_view<Param>>(views));
+            } else {
+                std::vector<tensor_view<float>> views;
+                for (const hitch::layer& l : layers32()) views.push_back(l.params);
+                buckets_.allgather_parameters(std::span<const tensor_view<float>>(views));
+            }
             comm_ns_ += ns(start, std::chrono::steady_clock::now());
         }
-        weights_.write_back();
     }
 
     void average_parameters(bool with_state) {
@@ -360,7 +373,9 @@ private:
     /// Restores everything of this rank's own checkpoint file; validates every section before it changes anything.
     void load_from(const checkpoint_reader& r) {
         const std::uint64_t saved_step = read_meta(r, identity());
-        const auto params = read_parameters(r, layers32());
+        const auto params = read_parameters(r, weights_.optimizer_layers());
+        std::span<const std::byte> model_params;
+        if (weights_.sharded()) model_params = read_model_parameters(r, weights_.model_parameters());
         auto codec_states = read_codec_states(r, buckets_.codec(), buckets_.size(),
                                               [&](std::size_t b) { return buckets_.make_codec_state(b); });
         std::optional<amp::loss_scaler_state> scaler_state;
@@ -371,7 +386,8 @@ private:
             auto stream = r.stream("hitch.optimizer");
             optimizer_->load(stream);
         }
-        restore_parameters(params, layers32());
+        restore_parameters(params, weights_.optimizer_layers());
+        if (weights_.sharded()) restore_model_parameters(model_params, weights_.model_parameters());
         weights_.write_back();
         for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].codec_state = std::move(codec_states[b]);
         if (scaler_state) scaler_->set_state(*scaler_state);
@@ -596,9 +612,9 @@ private:
         if (options_.zero_stage == 2) {
             for (const optim::piece& pc : buckets_.own_pieces())
                 if (skip.empty() || skip[pc.layer] == 0) {
-                    const hitch::layer& l = layers32()[pc.layer];
-                    held.push_back({l.name, l.params.subview(pc.begin, pc.size()), l.grads.subview(pc.begin, pc.size()),
-                                    l.flags, 0});
+                    // Clipping reads and scales gradients only: the piece's views are both its gradient.
+                    const tensor_view<float> g = layers32()[pc.layer].grads.subview(pc.begin, pc.size());
+                    held.push_back({layers32()[pc.layer].name, g, g, {}, 0});
                 }
         } else {
             for (std::size_t k = 0; k < layers32().size(); ++k)

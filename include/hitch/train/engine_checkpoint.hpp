@@ -30,6 +30,7 @@
 #include "hitch/core/error.hpp"
 #include "hitch/core/layer.hpp"
 #include "hitch/core/options.hpp"
+#include "hitch/core/tensor.hpp"
 #include "hitch/exchange/aggregate.hpp"
 #include "hitch/train/checkpoint.hpp"
 #include "hitch/train/stateful_schedule.hpp"
@@ -127,6 +128,39 @@ inline void restore_parameters(std::span<const std::byte> params, std::span<cons
     for (const hitch::layer& l : layers) {
         std::memcpy(l.params.data(), params.data() + at, l.size() * sizeof(float));
         at += l.size() * sizeof(float);
+    }
+}
+
+/// Under ZeRO with an FP16 or BF16 model, the model's own parameters (every layer; the FP32 masters saved are this
+/// rank's pieces only).
+template <class Low>
+void write_model_parameters(checkpoint_writer& w, const std::vector<tensor_view<Low>>& params) {
+    std::vector<std::byte> blob;
+    for (const tensor_view<Low>& v : params) {
+        const auto bytes = std::as_bytes(std::span<const Low>(v.data(), v.size()));
+        blob.insert(blob.end(), bytes.begin(), bytes.end());
+    }
+    w.add("hitch.model_params", std::move(blob));
+}
+
+template <class Low>
+[[nodiscard]] std::span<const std::byte> read_model_parameters(const checkpoint_reader& r,
+                                                               const std::vector<tensor_view<Low>>& params) {
+    const auto blob = r.section("hitch.model_params");
+    std::size_t total = 0;
+    for (const tensor_view<Low>& v : params) total += v.size();
+    if (blob.size() != total * sizeof(Low))
+        throw corrupt_message_error(load_error(
+            r.path(), concat("model parameters section has ", blob.size(), " bytes, expected ", total * sizeof(Low))));
+    return blob;
+}
+
+template <class Low>
+void restore_model_parameters(std::span<const std::byte> blob, const std::vector<tensor_view<Low>>& params) {
+    std::size_t at = 0;
+    for (const tensor_view<Low>& v : params) {
+        std::memcpy(v.data(), blob.data() + at, v.size() * sizeof(Low));
+        at += v.size() * sizeof(Low);
     }
 }
 

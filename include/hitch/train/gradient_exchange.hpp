@@ -140,21 +140,25 @@ public:
             });
         return out;
     }
-    /// Every rank gets every rank's pieces of the parameters: per bucket, this rank's block in, an all-gather, all
-    /// out. Counts the bytes sent.
-    void allgather_parameters() {
+    /// Every rank gets every rank's pieces of the parameters `params` (a view per layer, of the layer's size: the
+    /// FP32 parameters, or an FP16 or BF16 model's own): per bucket, this rank's block in, an all-gather, all out,
+    /// with the bucket's buffer as staging (T is at most 4 bytes). Counts the bytes sent.
+    template <class T>
+    void allgather_parameters(std::span<const tensor_view<T>> params) {
+        static_assert(sizeof(T) <= sizeof(float));
         const std::size_t p = static_cast<std::size_t>(group_.size());
+        const auto index = [&](const hitch::layer& l) { return static_cast<std::size_t>(&l - layers_.data()); };
         for (std::size_t b = 0; b < plan_.size(); ++b) {
-            bucket& bk = buckets_[b];
+            T* staging = reinterpret_cast<T*>(buckets_[b].data.data());
             for_each_overlap(b, own_block(b),
                              [&](const hitch::layer& l, std::size_t at, std::size_t in_bucket, std::size_t n) {
-                                 std::memcpy(bk.data.data() + in_bucket, l.params.data() + at, n * sizeof(float));
+                                 std::memcpy(staging + in_bucket, params[index(l)].data() + at, n * sizeof(T));
                              });
-            allreduce::allgather(group_, tensor_view<float>(bk.data.data(), bk.data.size()), call_);
-            bytes_sent_ += static_cast<std::uint64_t>((p - 1) * (bk.data.size() * sizeof(float) / p));
+            allreduce::allgather(group_, tensor_view<T>(staging, plan_[b].elements), call_);
+            bytes_sent_ += static_cast<std::uint64_t>((p - 1) * (plan_[b].elements * sizeof(T) / p));
             for_each_overlap(b, {0, plan_[b].elements},
                              [&](const hitch::layer& l, std::size_t at, std::size_t in_bucket, std::size_t n) {
-                                 std::memcpy(l.params.data() + at, bk.data.data() + in_bucket, n * sizeof(float));
+                                 std::memcpy(params[index(l)].data() + at, staging + in_bucket, n * sizeof(T));
                              });
         }
     }
