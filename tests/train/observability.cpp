@@ -22,6 +22,8 @@ TEST_CASE("step metrics are one JSON object per line with every field", "[train]
     m.comm_ms = 1.5;
     m.compute_ms = 7.25;
     m.elapsed_s = 3.5;
+    m.grad_norm = 2.5;
+    m.micro_batches = 4;
     std::ostringstream out;
     hitch::train::metrics_writer w(out);
     w.write(m);
@@ -43,7 +45,10 @@ TEST_CASE("step metrics are one JSON object per line with every field", "[train]
     CHECK(j["comm_ms"] == 1.5);
     CHECK(j["compute_ms"] == 7.25);
     CHECK(j["elapsed_s"] == 3.5);
-    CHECK(j.size() == 12);
+    CHECK(j["grad_norm"] == 2.5);
+    CHECK(j["micro_batches"] == 4);
+    CHECK(j["accumulated"] == false);
+    CHECK(j.size() == 15);
     std::getline(lines, line);
     CHECK(nlohmann::json::parse(line)["loss"].is_null());  // NaN is written as null, keeping the line valid JSON
 }

@@ -1,0 +1,250 @@
+#pragma once
+// The step internals of data_parallel's engine (train/engine.hpp), defined out of its class: a bucket's intake and
+// exchange, the agreement on whether to apply a step, gradient accumulation, unused layers, clipping, ZeRO's sums
+// over ranks, buffers, replica checks and restoring a checkpoint. engine.hpp includes this file at its end.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hitch/train/engine.hpp"
+
+namespace hitch::train::detail {
+
+/// Restores everything of this rank's own checkpoint file; validates every section before it changes anything.
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+void engine<O, X, P, S, C, D, Param>::load_from(const checkpoint_reader& r) {
+    const std::uint64_t saved_step = read_meta(r, identity());
+    const auto params = read_parameters(r, weights_.optimizer_layers());
+    std::span<const std::byte> model_params;
+    if (weights_.sharded()) model_params = read_model_parameters(r, weights_.model_parameters());
+    auto codec_states = read_codec_states(r, buckets_.codec(), buckets_.size(),
+                                          [&](std::size_t b) { return buckets_.make_codec_state(b); });
+    std::optional<amp::loss_scaler_state> scaler_state;
+    if (scaler_) scaler_state = read_scaler(r, options_.scaler);
+    P policy = read_sync(r, policy_);
+    std::optional<S> schedule = read_schedule(r, options_.schedule);
+    {
+        auto stream = r.stream("hitch.optimizer");
+        optimizer_->load(stream);
+    }
+    restore_parameters(params, weights_.optimizer_layers());
+    if (weights_.sharded()) restore_model_parameters(model_params, weights_.model_parameters());
+    weights_.write_back();
+    for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].codec_state = std::move(codec_states[b]);
+    if (scaler_state) scaler_->set_state(*scaler_state);
+    policy_ = std::move(policy);
+    if constexpr (stateful_schedule<S>)
+        if (schedule) options_.schedule = std::move(*schedule);
+    step_ = saved_step;
+    if constexpr (shared_memory_policy<P> && shares_address_space<C>) shared_.refill(control_, layers32());
+}
+
+/// Unscales (loss scaling), converts (mixed precision) and checks this rank's gradients of bucket b, and packs
+/// them into the bucket; a bucket with a non-finite gradient is zeroed so it pollutes neither the other ranks'
+/// sums nor this rank's compressor state.
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+void engine<O, X, P, S, C, D, Param>::prepare_bucket(std::size_t b, bool pack) {
+    auto span = trace(concat("prepare bucket ", b), "pack");
+    bucket& bk = buckets_[b];
+    const bucket_plan& plan = buckets_.plan(b);
+    bk.local_bad = false;
+    bk.report = {};
+    for (std::size_t i = 0; i < plan.layers.size(); ++i) {
+        const std::size_t k = plan.layers[i];
+        const hitch::layer& l = layers32()[k];
+        if (options_.check_gradient_contract && reports_->reported() && !reports_->unused(k) &&
+            user_gradient_crc(k) != reports_->crc(k))
+            throw config_error(concat("hitch::data_parallel: layer ", k, " ('", l.name, "') changed after ",
+                                      "gradient_ready(", k, ") in step ", step_, " on rank ", control_.rank(),
+                                      ": a gradient must stay as it is from gradient_ready until it is sent"));
+        const intake_verdict v = intake_->take(k, reports_->unused(k));
+        bk.local_bad |= v.bad;
+        if (bk.report.layer < 0) bk.report = v.report;
+        if (pack) std::memcpy(bk.data.data() + plan.offsets[i], l.grads.data(), l.size() * sizeof(float));
+    }
+    if (pack && bk.local_bad) std::fill(bk.data.begin(), bk.data.end(), 0.0f);
+}
+
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+void engine<O, X, P, S, C, D, Param>::run_bucket(std::size_t b) {
+    prepare_bucket(b, /*pack=*/true);
+    const auto start = std::chrono::steady_clock::now();
+    {
+        auto span = trace(concat("exchange bucket ", b), "comm");
+        try {
+            buckets_.exchange(b, options_.schedule);
+        } catch (const timeout_error& e) {
+            // In the user's words first (the step, the bucket and its layers), then the internal call.
+            throw timeout_error(describe_bucket(b), concat("inside ", e.operation()), e.waited());
+        }
+    }
+    comm_ns_ += ns(start, std::chrono::steady_clock::now());
+    buckets_.unpack_gradients(b);
+}
+
+/// CRC32C of layer k's gradient as the user holds it (the low-precision one under mixed precision).
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+std::uint32_t engine<O, X, P, S, C, D, Param>::user_gradient_crc(std::size_t k) const {
+    if constexpr (master_weights<Param, D>::mixed_precision) {
+        const auto& g = weights_.user_layers()[k].grads;
+        return crc32c_of(std::as_bytes(std::span(g.data(), g.size())));
+    } else {
+        const auto& g = layers32()[k].grads;
+        return crc32c_of(std::as_bytes(std::span(g.data(), g.size())));
+    }
+}
+
+/// "hitch::data_parallel step 3, bucket 1 of 4 (layers 'fc1.weight', 'fc1.bias')": what a user knows a
+/// bucket's exchange by (up to 8 layer names, then how many more).
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+std::string engine<O, X, P, S, C, D, Param>::describe_bucket(std::size_t b) const {
+    const auto& layers = buckets_.plan(b).layers;
+    std::string names;
+    for (std::size_t i = 0; i < layers.size() && i < 8; ++i)
+        names += concat(i == 0 ? "" : ", ", "'", layers32()[layers[i]].name, "'");
+    if (layers.size() > 8) names += concat(" and ", layers.size() - 8, " more");
+    return concat("hitch::data_parallel step ", step_, ", bucket ", b, " of ", buckets_.size(), " (layer",
+                  layers.size() == 1 ? " " : "s ", names, ")");
+}
+
+/// Every rank of `with` learns whether any rank's gradients were not finite; returns whether to apply the step.
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+bool engine<O, X, P, S, C, D, Param>::agree_on_step(C& with) {
+    auto span = trace("agree", "comm");
+    bool local_bad = false;
+    amp::detail::nonfinite_report report{};
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        local_bad |= buckets_[b].local_bad;
+        if (report.layer < 0 && buckets_[b].report.layer >= 0) report = buckets_[b].report;
+    }
+    if (scaler_) return scaler_->update(local_bad);
+    const auto reports = amp::detail::gather_reports(with, report);
+    const bool any = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.layer >= 0; });
+    if (!any) return true;
+    if (options_.nonfinite == amp::nonfinite_policy::skip_step) return false;
+    throw amp::nonfinite_gradient_error(
+        concat("hitch::data_parallel: ",
+               amp::detail::describe(reports, step_, true, [&](std::size_t k) { return layers32().at(k).name; })));
+}
+
+/// A micro-batch that is not its window's last: its gradients are added up here, nothing is sent.
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+step_metrics engine<O, X, P, S, C, D, Param>::accumulate(std::optional<double> loss) {
+    const auto start = std::chrono::steady_clock::now();
+    const double own_compute_ms = ms(last_step_end_, start);
+    compute_ms_ += own_compute_ms;
+    if (!window_start_) window_start_ = last_step_end_;
+    try {
+        settle_reports();
+        auto span = trace("accumulate", "compute");
+        for (std::size_t k = 0; k < layers32().size(); ++k) intake_->add(k, reports_->unused(k));
+    } catch (...) {
+        reset_step();
+        end_window();
+        throw;
+    }
+    intake_->micro_batch_done();
+    reset_step();
+    if (loss) {
+        loss_sum_ += *loss;
+        ++losses_;
+    }
+    step_metrics m;
+    m.step = step_;
+    m.epoch = step_ / options_.steps_per_epoch;
+    m.rank = control_.rank();
+    m.loss = loss;
+    m.lr = options_.learning_rate(step_, options_.steps_per_epoch);
+    m.loss_scale = scaler_ ? static_cast<double>(scaler_->scale()) : 1.0;
+    m.micro_batches = intake_->taken();
+    m.accumulated = true;
+    last_step_end_ = std::chrono::steady_clock::now();
+    m.compute_ms = own_compute_ms;
+    if (first_step_) m.elapsed_s = std::chrono::duration<double>(last_step_end_ - *first_step_).count();
+    return m;
+}
+
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+void engine<O, X, P, S, C, D, Param>::end_window() {
+    intake_->end_window();
+    reports_->end_window();
+    loss_sum_ = 0.0;
+    losses_ = 0;
+    window_start_.reset();
+}
+
+/// find_unused_layers: the layers no rank (of those this rank agrees with) used in this window, as a mask; empty
+/// when there are none. Collective for synchronous policies: one max-all-reduce of a flag per layer.
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+std::span<const unsigned char> engine<O, X, P, S, C, D, Param>::unused_everywhere() {
+    return reports_->unused_everywhere([&](std::span<float> used) {
+        if (self_) return;
+        auto span = trace("agree on unused layers", "comm");
+        allreduce::call_options call;
+        call.check = options_.check_collectives;
+        allreduce::allreduce(group_, tensor_view<float>(used.data(), used.size()), allreduce::reduce_op::max,
+                             allreduce::recursive_doubling{}, call);
+    });
+}
+
+/// Clips this rank's FP32 gradients to the global norm (clipping.hpp) and remembers the norm for the metrics.
+/// Under ZeRO stage 2 a rank holds the averaged gradient of its pieces only: their sums of squares are added up
+/// over the ranks.
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+void engine<O, X, P, S, C, D, Param>::clip_gradients(std::span<const unsigned char> skip) {
+    auto span = trace("clip gradients", "compute");
+    std::vector<hitch::layer> held;
+    if (options_.zero_stage == 2) {
+        for (const optim::piece& pc : buckets_.own_pieces())
+            if (skip.empty() || skip[pc.layer] == 0) {
+                // Clipping reads and scales gradients only: the piece's views are both its gradient.
+                const tensor_view<float> g = layers32()[pc.layer].grads.subview(pc.begin, pc.size());
+                held.push_back({layers32()[pc.layer].name, g, g, {}, 0});
+            }
+    } else {
+        for (std::size_t k = 0; k < layers32().size(); ++k)
+            if (skip.empty() || skip[k] == 0) held.push_back(layers32()[k]);
+    }
+    double sum = gradient_sum_of_squares(held, options_.execution);
+    if (options_.zero_stage == 2) sum_over_ranks(std::span<double>(&sum, 1));
+    grad_norm_ = clip_to_norm(held, sum, options_.clip_grad_norm, options_.execution);
+}
+
+/// Replaces each value by its sum over the ranks (ZeRO's partial norms).
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+void engine<O, X, P, S, C, D, Param>::sum_over_ranks(std::span<double> values) {
+    auto span = trace("sum over ranks", "comm");
+    allreduce::call_options call;
+    call.check = options_.check_collectives;
+    allreduce::allreduce(group_, tensor_view<double>(values.data(), values.size()), allreduce::reduce_op::sum,
+                         allreduce::recursive_doubling{}, call);
+}
+
+/// Broadcasts and averages the buffers (or, `all_from_root`, gives every rank rank 0's).
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+void engine<O, X, P, S, C, D, Param>::sync_buffers(bool all_from_root) {
+    auto span = trace("buffers", "comm");
+    const auto start = std::chrono::steady_clock::now();
+    allreduce::call_options call;
+    call.check = options_.check_collectives;
+    buffers_.synchronize(
+        group_, call, [&](tensor_view<float> v) { buckets_.average(v, options_.schedule); }, all_from_root);
+    comm_ns_ += ns(start, std::chrono::steady_clock::now());
+}
+
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+void engine<O, X, P, S, C, D, Param>::check_replicas() {
+    auto span = trace("replica check", "comm");
+    comm::agree(control_, parameter_hash(),
+                concat("hitch::data_parallel: replica check after step ", step_ - 1, ": parameter hashes differ"),
+                [](std::ostream& os, std::uint64_t h) { os << "0x" << std::hex << h << std::dec; });
+}
+
+}  // namespace hitch::train::detail
