@@ -1,5 +1,6 @@
-// Resume in a new process: run as   mpiexec -n 2 hitch_test_resume <full|first|second> <n> <checkpoint prefix>
-//   full:   2n steps;   first: n steps, save;   second: load, n more steps.
+// Resume in a new process: run as   mpiexec -n 2 hitch_test_resume <full|first|second> <n> <checkpoint prefix> [zero]
+//   full:   2n steps;   first: n steps, save;   second: load, n more steps;   zero: the ZeRO stage (0 or 1: each
+//   rank's file then holds its shard of the optimizer state).
 // Prints "hash <rank> <parameter hash>" per rank; run_resume.cmake checks that full and first+second agree bitwise.
 // The configuration has state in every section a checkpoint holds: momentum, error-feedback residuals of top-k,
 // the loss scale, the learning-rate schedule position and a section of the caller's own (the data position).
@@ -17,12 +18,13 @@
 #include "hitch/train/data_parallel.hpp"
 
 int main(int argc, char** argv) {
-    if (argc != 4) {
-        std::fprintf(stderr, "usage: %s full|first|second n prefix\n", argv[0]);
+    if (argc != 4 && argc != 5) {
+        std::fprintf(stderr, "usage: %s full|first|second n prefix [zero]\n", argv[0]);
         return 2;
     }
     const std::string mode = argv[1];
     const int n = std::atoi(argv[2]);
+    const int zero = argc == 5 ? std::atoi(argv[4]) : 0;
     hitch::comm::mpi_environment env(argc, argv);
     hitch::comm::mpi comm;
     using dp_t = hitch::data_parallel<hitch::optim::momentum, hitch::compress::error_feedback<hitch::compress::topk>>;
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
     o.scaler.initial_scale = 1024.0f;
     o.scaler.growth_interval = 3;
     o.bucket_bytes = 8192;
+    o.zero_stage = static_cast<unsigned>(zero);
     o.steps_per_epoch = 4;
     hitch::lr::cosine::options_type cos;
     cos.base = 0.1;

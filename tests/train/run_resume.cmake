@@ -1,9 +1,9 @@
 # ctest driver: 2N steps in one process must equal N steps + save, then load + N steps in a new process.
-#   -DMPIEXEC=... -DPROGRAM=... -DWORK_DIR=... -DN=...
+#   -DMPIEXEC=... -DPROGRAM=... -DWORK_DIR=... -DN=... [-DZERO=stage]
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 function(run mode out)
-  execute_process(COMMAND ${MPIEXEC} -n 2 ${PROGRAM} ${mode} ${N} ${WORK_DIR}/ckpt
+  execute_process(COMMAND ${MPIEXEC} -n 2 ${PROGRAM} ${mode} ${N} ${WORK_DIR}/ckpt ${ZERO}
                   RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE error)
   if(NOT result EQUAL 0)
     message(FATAL_ERROR "${mode} failed (${result}):\n${output}\n${error}")

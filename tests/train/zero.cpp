@@ -22,44 +22,16 @@
 #include "hitch/sync/hard.hpp"
 #include "hitch/sync/local_sgd.hpp"
 #include "hitch/train/data_parallel.hpp"
+#include "zero_model.hpp"
 
 using hitch::comm::local;
 using hitch::comm::run_local;
 using hitch_test::expect;
+using hitch_test::net;
+using hitch_test::relative_difference;
+using hitch_test::shape;
 
 namespace {
-
-const std::vector<std::size_t> shape{7, 1000, 1, 4099, 33};
-
-struct net {
-    std::vector<std::vector<float>> w, g;
-    net() {
-        for (std::size_t k = 0; k < shape.size(); ++k) {
-            w.emplace_back(shape[k]);
-            g.emplace_back(shape[k]);
-            for (std::size_t i = 0; i < shape[k]; ++i)
-                w[k][i] = static_cast<float>((i * 7 + k * 3) % 23) * 0.05f - 0.5f;
-        }
-    }
-    std::vector<hitch::layer> layers() {
-        std::vector<hitch::layer> out;
-        for (std::size_t k = 0; k < w.size(); ++k) {
-            hitch::layer l{"l" + std::to_string(k), hitch::view(w[k]), hitch::view(g[k])};
-            if (shape[k] < 10) l.flags = hitch::layer_flags::bias_or_norm();
-            out.push_back(l);
-        }
-        return out;
-    }
-    void fill(int rank, int step) {
-        for (std::size_t k = 0; k < g.size(); ++k)
-            for (std::size_t i = 0; i < g[k].size(); ++i)
-                g[k][i] = static_cast<float>(static_cast<int>((i * 13 + k * 5 + static_cast<std::size_t>(rank * 11) +
-                                                               static_cast<std::size_t>(step * 17)) %
-                                                              29) -
-                                             14) /
-                          16.0f;
-    }
-};
 
 struct outcome {
     std::vector<std::vector<float>> w;
@@ -85,15 +57,6 @@ std::vector<outcome> train(int p, unsigned zero, int steps, const typename O::op
         }
         return outcome{m.w, dp.optimizer_state_bytes()};
     });
-}
-
-double relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-    double worst = 0;
-    for (std::size_t k = 0; k < a.size(); ++k)
-        for (std::size_t i = 0; i < a[k].size(); ++i)
-            worst = std::max(worst, std::fabs(static_cast<double>(a[k][i]) - b[k][i]) /
-                                        std::max(1e-3, std::fabs(static_cast<double>(b[k][i]))));
-    return worst;
 }
 
 template <class O>

@@ -23,6 +23,7 @@
 #include "hitch/allreduce/automatic.hpp"
 #include "hitch/allreduce/collectives.hpp"
 #include "hitch/allreduce/recursive_doubling.hpp"
+#include "hitch/allreduce/ring.hpp"
 #include "hitch/allreduce/schedule.hpp"
 #include "hitch/amp/loss_scaler.hpp"
 #include "hitch/amp/mixed_precision.hpp"

@@ -235,7 +235,13 @@ void engine<O, X, P, S, C, D, Param>::sync_buffers(bool all_from_root) {
     allreduce::call_options call;
     call.check = options_.check_collectives;
     buffers_.synchronize(
-        group_, call, [&](tensor_view<float> v) { buckets_.average(v, options_.schedule); }, all_from_root);
+        group_, call,
+        [&](tensor_view<float> v) {
+            // The ring, whatever the gradients' schedule: every rank gets the same bits, and a compressed model over
+            // comm::mpi needs no native all-reduce for it.
+            allreduce::allreduce(group_, v, allreduce::reduce_op::average, allreduce::ring{}, call);
+        },
+        all_from_root);
     comm_ns_ += ns(start, std::chrono::steady_clock::now());
 }
 
