@@ -28,35 +28,15 @@ using hitch::comm::local;
 using hitch::comm::run_local;
 using hitch_test::expect;
 using hitch_test::net;
+using hitch_test::outcome;
 using hitch_test::relative_difference;
 using hitch_test::shape;
 
 namespace {
 
-struct outcome {
-    std::vector<std::vector<float>> w;
-    std::size_t state_bytes = 0;
-};
-
 template <class O>
 std::vector<outcome> train(int p, unsigned zero, int steps, const typename O::options_type& opt = {}) {
-    return run_local(p, [&](local& comm) {
-        net m;
-        hitch::cpu dev;
-        using dp_t = hitch::data_parallel<O, hitch::compress::none, hitch::sync::hard, hitch::allreduce::ring>;
-        typename dp_t::options o;
-        o.optimizer = opt;
-        o.learning_rate = hitch::lr::constant({0.05});
-        o.zero_stage = zero;
-        o.bucket_bytes = 8192;  // several buckets, a layer split across ranks in each
-        dp_t dp(comm, dev, m.layers(), o);
-        for (int s = 0; s < steps; ++s) {
-            m.fill(comm.rank(), s);
-            for (std::size_t k = shape.size(); k-- > 0;) dp.gradient_ready(k);
-            (void)dp.step();
-        }
-        return outcome{m.w, dp.optimizer_state_bytes()};
-    });
+    return run_local(p, [&](local& comm) { return hitch_test::train_zero<O>(comm, zero, steps, opt); });
 }
 
 template <class O>

@@ -10,6 +10,9 @@
 
 #include "hitch/core/layer.hpp"
 #include "hitch/core/tensor.hpp"
+#include "hitch/device/cpu.hpp"
+#include "hitch/sync/hard.hpp"
+#include "hitch/train/data_parallel.hpp"
 
 namespace hitch_test {
 
@@ -44,6 +47,32 @@ struct net {
                           16.0f;
     }
 };
+
+/// What a rank ends with: its parameters and the optimizer state bytes it holds.
+struct outcome {
+    std::vector<std::vector<float>> w;
+    std::size_t state_bytes = 0;
+};
+
+/// `steps` steps of optimizer O under ZeRO stage `zero` (0: unsharded) on this rank of `comm`, ring schedule.
+template <class O, class C>
+outcome train_zero(C& comm, unsigned zero, int steps, const typename O::options_type& opt) {
+    net m;
+    hitch::cpu dev;
+    using dp_t = hitch::data_parallel<O, hitch::compress::none, hitch::sync::hard, hitch::allreduce::ring>;
+    typename dp_t::options o;
+    o.optimizer = opt;
+    o.learning_rate = hitch::lr::constant({0.05});
+    o.zero_stage = zero;
+    o.bucket_bytes = 8192;  // several buckets, a layer split across ranks in each
+    dp_t dp(comm, dev, m.layers(), o);
+    for (int s = 0; s < steps; ++s) {
+        m.fill(comm.rank(), s);
+        for (std::size_t k = shape.size(); k-- > 0;) dp.gradient_ready(k);
+        (void)dp.step();
+    }
+    return {m.w, dp.optimizer_state_bytes()};
+}
 
 /// The largest difference between a and b relative to |b| (at least 1e-3).
 inline double relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {

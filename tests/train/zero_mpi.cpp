@@ -20,40 +20,14 @@
 #include "hitch/train/data_parallel.hpp"
 #include "zero_model.hpp"
 
-using hitch_test::net;
-
 namespace {
-
-struct outcome {
-    std::vector<std::vector<float>> w;
-    std::size_t state_bytes = 0;
-};
-
-template <class O>
-outcome train(hitch::comm::mpi& comm, unsigned zero, const typename O::options_type& opt) {
-    net m;
-    hitch::cpu dev;
-    using dp_t = hitch::data_parallel<O, hitch::compress::none, hitch::sync::hard, hitch::allreduce::ring>;
-    typename dp_t::options o;
-    o.optimizer = opt;
-    o.learning_rate = hitch::lr::constant({0.05});
-    o.zero_stage = zero;
-    o.bucket_bytes = 8192;
-    dp_t dp(comm, dev, m.layers(), o);
-    for (int s = 0; s < 4; ++s) {
-        m.fill(comm.rank(), s);
-        for (std::size_t k = hitch_test::shape.size(); k-- > 0;) dp.gradient_ready(k);
-        (void)dp.step();
-    }
-    return {m.w, dp.optimizer_state_bytes()};
-}
 
 template <class O>
 void check(hitch::comm::mpi& comm, bool elementwise, const typename O::options_type& opt = {}) {
-    const outcome plain = train<O>(comm, 0, opt);
+    const hitch_test::outcome plain = hitch_test::train_zero<O>(comm, 0, 4, opt);
     for (unsigned zero : {1u, 2u}) {
         CAPTURE(O::name, comm.size(), zero);
-        const outcome sharded = train<O>(comm, zero, opt);
+        const hitch_test::outcome sharded = hitch_test::train_zero<O>(comm, zero, 4, opt);
         if (elementwise && zero == 1)
             CHECK(sharded.w == plain.w);
         else
