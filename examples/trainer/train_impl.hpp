@@ -151,9 +151,10 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     o.zero_stage = config.zero;
     hitch::cpu device;
     // Every rank builds data_parallel from the same options, so a combination it refuses (config_error: --zero
-    // under a policy that exchanges no gradients ...) is refused on every rank alike: they agree on it, and the
-    // lowest such rank alone reports it, as for a mistake on the command line.
-    C agreement = comm.split(0, rank);
+    // under a policy that exchanges no gradients ...) is refused on every rank alike: the workers agree on it and
+    // the lowest such rank alone reports it, as for a mistake on the command line. A dedicated server rank does
+    // not wait for that (the workers' constructors wait for it to serve): it refuses without a word, rank 0 speaks.
+    C agreement = workers.split(0, rank);
     std::optional<dp_t> constructed;
     std::string refused;
     try {
@@ -161,10 +162,13 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     } catch (const hitch::config_error& e) {
         refused = e.what();
     }
-    const auto failed = hitch::comm::allgather_value(agreement, static_cast<char>(refused.empty() ? 0 : 1));
-    if (const auto first = std::find(failed.begin(), failed.end(), char{1}); first != failed.end())
-        throw refused_configuration(refused.empty() ? "another rank refused the configuration" : refused,
-                                    first - failed.begin() == rank);
+    if (serves_only && !refused.empty()) throw refused_configuration(refused, false);
+    if (!serves_only) {
+        const auto failed = hitch::comm::allgather_value(agreement, static_cast<char>(refused.empty() ? 0 : 1));
+        if (const auto first = std::find(failed.begin(), failed.end(), char{1}); first != failed.end())
+            throw refused_configuration(refused.empty() ? "another rank refused the configuration" : refused,
+                                        first - failed.begin() == rank);
+    }
     dp_t& dp = *constructed;
     if (dp.worker_count() != p || dp.serves_only() != serves_only)
         throw std::logic_error("the trainer and hitch::data_parallel disagree on which ranks are workers");
