@@ -268,6 +268,10 @@ elseif(CASE STREQUAL "optimizer_step")
   expect_refused("hitch-mnist: hitch::data_parallel: option zero_stage = 2" "'fp16'" "zero_stage = 1")
   run_to_file(r ${MNIST} --threads 2 --synthetic --synthetic-samples 1024 --zero 1 --sync local_sgd)
   expect_refused("hitch-mnist: hitch::data_parallel: option zero_stage = 1" "'local_sgd'")
+  # A dedicated server rank refuses too, without waiting for the workers, which wait for it to serve.
+  run_to_file(r ${MPIEXEC} -n 3 ${MNIST} --synthetic --synthetic-samples 1024 --batch-size 64 --zero 1 --sync soft
+                --server-placement dedicated)
+  expect_refused("hitch-mnist: hitch::data_parallel: option zero_stage = 1" "'soft'")
   # 512 samples a rank make 8 batches of 64: a step cannot take 9.
   run_to_file(r ${common} --batch-size 128 --accumulate 9)
   expect_one_line(r 2 "--accumulate 9 exceeds the 8 batches")
