@@ -253,6 +253,28 @@ elseif(CASE STREQUAL "optimizer_step")
     endforeach()
   endforeach()
 
+  # 260 samples a rank make 9 batches of 32: with --accumulate 4 an epoch is 2 optimizer steps (the 9th batch left
+  # out), and a run resumed after the first epoch goes on as the straight run does.
+  set(few ${MNIST} --threads 2 --synthetic --synthetic-samples 520 --batch-size 64 --accumulate 4 --lr-schedule constant
+          --no-progress-bar)
+  run(s ${few} --epochs 2 --metrics ${WORK}/straight.jsonl)
+  expect_ok(s)
+  run(w ${few} --epochs 1 --checkpoint ${WORK}/ck --metrics ${WORK}/resumed.jsonl)
+  expect_ok(w)
+  run(r ${few} --epochs 2 --resume ${WORK}/ck --metrics ${WORK}/resumed.jsonl)
+  expect_ok(r)
+  file(STRINGS "${WORK}/straight.jsonl" lines REGEX "^{\"step\":")
+  set(epochs "")
+  foreach(line IN LISTS lines)
+    string(JSON e GET "${line}" epoch)
+    string(JSON n GET "${line}" micro_batches)
+    list(APPEND epochs "${e}/${n}")
+  endforeach()
+  if(NOT epochs STREQUAL "0/4;0/4;1/4;1/4")
+    message(FATAL_ERROR "--accumulate 4 of 9 batches an epoch: steps (epoch/micro-batches) ${epochs}")
+  endif()
+  expect_same_second_epoch("${WORK}/straight.jsonl" "${WORK}/resumed.jsonl" "--accumulate 4, resumed: ")
+
   # What hitch::data_parallel refuses, in its words, found alike on both ranks: one line, exit status 2. The run
   # has begun (its description is on stdout) but writes no summary.
   macro(expect_refused)
