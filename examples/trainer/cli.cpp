@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "checkpoint_files.hpp"
+#include "data/sampler.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/comm/mpi.hpp"
 #include "nn/blas.hpp"
@@ -144,6 +145,10 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
                 !problem.empty())
                 throw usage_error(problem);
         t = make_task(config, keep);
+        // Every worker has as many batches per epoch (data::sharded_sampler); --accumulate must not exceed them.
+        const int workers = worker_count(config, world_size);
+        const data::sharded_sampler sampler(t.train->size(), 0, workers, config.seed);
+        (void)steps_of_epoch(config, sampler.batches_per_epoch(config.batch_size / static_cast<std::size_t>(workers)));
     });
     if (status != 0) return status;
 
@@ -193,6 +198,10 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
             std::printf("%s\n", line.c_str());
             std::fflush(stdout);
         }
+    } catch (const refused_configuration& e) {
+        // Every rank has it and leaves through MPI_Finalize; on threads the one error rethrown is any rank's.
+        if (on_threads || e.speaks()) print_line(info.program, e.what());
+        return exit_usage;
     } catch (const std::exception& e) {
         print_line(info.program, on_threads ? e.what() : "rank " + std::to_string(world_rank) + ": " + e.what());
         if (!on_threads && world_size > 1) {

@@ -90,6 +90,14 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
              {"asynchronous", "synchronous"});
     add_whole<std::uint32_t>(app, "--backups", c.backups, "backup: gradients per step that may be dropped", 0,
                              1u << 20);
+    add_whole<std::uint64_t>(app, "--accumulate", c.accumulate,
+                             "Micro-batches of --batch-size per optimizer step (gradient accumulation)", 1,
+                             std::uint64_t{1} << 20);
+    add_real(app, "--clip-grad-norm", c.clip_grad_norm,
+             "Scale the gradients down to this global L2 norm before the optimizer (0: off)", r::non_negative());
+    add_whole<unsigned>(app, "--zero", c.zero,
+                        "ZeRO: 1 shards the optimizer state over the ranks, 2 also reduce-scatters the gradients", 0,
+                        2);
     add_real(app, "--bucket-mib", c.bucket_mib, "Gradient bucket size in MiB", r::closed(1e-4, 1024.0));
     app.add_option("--checkpoint", c.checkpoint, "Write a checkpoint after every epoch (prefix; one file per rank)");
     app.add_option("--resume", c.resume, "Resume from a checkpoint prefix written by --checkpoint");

@@ -41,6 +41,15 @@ double lr_scale(const train_config& c, int workers) {
     return 1.0;
 }
 
+epoch_steps steps_of_epoch(const train_config& c, std::size_t micro_batches) {
+    if (micro_batches < c.accumulate)
+        throw usage_error("--accumulate " + std::to_string(c.accumulate) + " exceeds the " +
+                          std::to_string(micro_batches) + " batches each worker has per epoch (--batch-size " +
+                          std::to_string(c.batch_size) + " split over the workers)");
+    const std::size_t steps = micro_batches / c.accumulate;
+    return {steps, steps * c.accumulate};
+}
+
 void check_combination(const train_config& c, int ranks) {
     if (c.sync == "local_sgd" && c.compressor != "none")
         throw usage_error("--sync local_sgd averages parameters, not gradients; it takes --compressor none (got '" +

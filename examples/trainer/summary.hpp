@@ -44,6 +44,9 @@ inline std::string summary_line(const std::string& example, const train_config& 
     j["kernel_isa"] = std::string(kernel_isa());
     j["epochs"] = result.epochs_run;
     j["batch_size"] = config.batch_size;
+    j["accumulate"] = config.accumulate;
+    j["clip_grad_norm"] = config.clip_grad_norm;
+    j["zero"] = config.zero;
     j["slow_rank"] = config.slow_rank;
     j["slow_ms"] = config.slow_ms;
     j["test_accuracy"] = result.test_accuracy;
@@ -52,6 +55,7 @@ inline std::string summary_line(const std::string& example, const train_config& 
     j["staleness_mean"] = result.staleness_mean;
     j["staleness_max"] = result.staleness_max;
     j["dropped_gradients"] = result.dropped_gradients;
+    j["optimizer_state_bytes"] = result.optimizer_state_bytes;
     return j.dump();
 }
 

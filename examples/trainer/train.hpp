@@ -12,6 +12,7 @@
 
 #include "data/dataset.hpp"
 #include "nn/model.hpp"
+#include "option_values.hpp"
 
 namespace hitch_examples {
 
@@ -58,6 +59,10 @@ struct train_config {
     std::string easgd_form = "asynchronous";
     std::uint32_t backups = 1;
     double bucket_mib = 25.0;
+    // the optimizer step
+    std::uint64_t accumulate = 1;  // micro-batches (of --batch-size each) per optimizer step
+    double clip_grad_norm = 0.0;   // global L2 norm the gradients are scaled down to (0: off)
+    unsigned zero = 0;             // ZeRO stage: 0 off, 1 optimizer state sharded, 2 gradients reduce-scattered too
     // files
     std::string checkpoint;
     std::string resume;
@@ -96,6 +101,19 @@ struct train_result {
     std::uint64_t staleness_max = 0;
     /// Gradients of every worker that a backup-workers step dropped (data_parallel::dropped_gradients()).
     std::uint64_t dropped_gradients = 0;
+    /// Bytes of optimizer state rank 0 holds (data_parallel::optimizer_state_bytes(): about 1/p of it under --zero).
+    std::size_t optimizer_state_bytes = 0;
+};
+
+/// A configuration hitch::data_parallel refused (config_error) on every rank alike, which the ranks agreed on:
+/// `speaks` on the lowest rank that refused it, which alone prints the line (exit status 2, no rank aborted).
+class refused_configuration : public usage_error {
+public:
+    refused_configuration(const std::string& what, bool speaks) : usage_error(what), speaks_(speaks) {}
+    [[nodiscard]] bool speaks() const noexcept { return speaks_; }
+
+private:
+    bool speaks_;
 };
 
 /// What a trainer tells the command line about itself.
@@ -130,6 +148,15 @@ train_result train(Communicator& comm, const train_config& config, const task& t
 /// wrong kind of ranks, a batch that does not split over the workers of `ranks`, a --slow-rank that is not one of
 /// them, dedicated servers that leave no worker; 0: not known yet). train() checks it first.
 void check_combination(const train_config& config, int ranks);
+
+/// Optimizer steps per epoch and the micro-batches an epoch uses: with --accumulate K an optimizer step takes K of
+/// the `micro_batches` batches each worker has per epoch, and the last (micro_batches mod K) are left out, so that
+/// every epoch is whole optimizer steps. Throws usage_error when an epoch has fewer than K batches.
+struct epoch_steps {
+    std::size_t steps = 0;
+    std::size_t micro_batches = 0;
+};
+epoch_steps steps_of_epoch(const train_config& config, std::size_t micro_batches);
 
 /// Whether --sync runs hitch's parameter server (soft, async, ssp, backup, and easgd in its asynchronous form).
 bool uses_server(const train_config& config);

@@ -124,7 +124,10 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     nn::softmax_cross_entropy<float> loss(local_batch, model.output_shape().size());
     data::batch_loader<float> loader(train_set, t.norm, local_batch);
     data::sharded_sampler sampler(train_set.size(), serves_only ? 0 : rank, p, config.seed);
-    const std::size_t steps_per_epoch = sampler.batches_per_epoch(local_batch);
+    // With --accumulate K an optimizer step takes K batches (micro-batches) of local_batch samples each; every
+    // count below (steps per epoch, --max-steps, --eval-every, the progress) is of optimizer steps.
+    const epoch_steps epoch_plan = steps_of_epoch(config, sampler.batches_per_epoch(local_batch));
+    const std::size_t steps_per_epoch = epoch_plan.steps;
 
     std::vector<hitch::layer> layers;
     for (const auto& prm : model.parameters())
@@ -143,8 +146,30 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     o.steps_per_epoch = steps_per_epoch;
     o.bucket_bytes = static_cast<std::size_t>(config.bucket_mib * 1024.0 * 1024.0);
     o.timeline = config.timeline.empty() ? nullptr : &timeline;
+    o.accumulation_steps = config.accumulate;
+    o.clip_grad_norm = config.clip_grad_norm;
+    o.zero_stage = config.zero;
     hitch::cpu device;
-    dp_t dp(comm, device, layers, o);
+    // Every rank builds data_parallel from the same options, so a combination it refuses (config_error: --zero
+    // under a policy that exchanges no gradients ...) is refused on every rank alike: the workers agree on it and
+    // the lowest such rank alone reports it, as for a mistake on the command line. A dedicated server rank does
+    // not wait for that (the workers' constructors wait for it to serve): it refuses without a word, rank 0 speaks.
+    C agreement = workers.split(0, rank);
+    std::optional<dp_t> constructed;
+    std::string refused;
+    try {
+        constructed.emplace(comm, device, layers, o);
+    } catch (const hitch::config_error& e) {
+        refused = e.what();
+    }
+    if (serves_only && !refused.empty()) throw refused_configuration(refused, false);
+    if (!serves_only) {
+        const auto failed = hitch::comm::allgather_value(agreement, static_cast<char>(refused.empty() ? 0 : 1));
+        if (const auto first = std::find(failed.begin(), failed.end(), char{1}); first != failed.end())
+            throw refused_configuration(refused.empty() ? "another rank refused the configuration" : refused,
+                                        first - failed.begin() == rank);
+    }
+    dp_t& dp = *constructed;
     if (dp.worker_count() != p || dp.serves_only() != serves_only)
         throw std::logic_error("the trainer and hitch::data_parallel disagree on which ranks are workers");
     if (serves_only) {
@@ -237,8 +262,12 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     for (; epoch < config.epochs && !stop; ++epoch) {
         const auto epoch_start = clock::now();
         double loss_sum = 0.0;
-        std::size_t correct = 0, seen = 0, step_in_epoch = 0;
+        std::size_t correct = 0, seen = 0, micro_batches = 0;
         while (true) {
+            // Where the epoch stands, from the sampler, so that a run resumed within an epoch counts on from there.
+            const std::size_t micro_batch = sampler.tell().index / local_batch;
+            if (micro_batch >= epoch_plan.micro_batches) break;  // the batches left are fewer than --accumulate
+            const std::size_t step_in_epoch = micro_batch / config.accumulate;
             const auto indices = sampler.next(local_batch);
             if (indices.empty()) break;
             const auto step_start = clock::now();
@@ -255,13 +284,15 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
                 std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config.slow_ms));
             }
             hitch::train::step_metrics m = dp.step(batch_loss);
-            staleness_sum += static_cast<double>(dp.staleness());
-            staleness_max = std::max(staleness_max, dp.staleness());
             train_seconds += std::chrono::duration<double>(clock::now() - step_start).count();
             samples += loader.size() * static_cast<std::uint64_t>(p);
             loss_sum += batch_loss;
             correct += loss.correct();
             seen += loader.size();
+            ++micro_batches;
+            if (m.accumulated) continue;  // not an optimizer step yet: nothing to evaluate, write or show
+            staleness_sum += static_cast<double>(dp.staleness());
+            staleness_max = std::max(staleness_max, dp.staleness());
             ++steps_done;
             const bool last = step_in_epoch + 1 == steps_per_epoch;
             stop = config.max_steps != 0 && steps_done >= config.max_steps;
@@ -271,14 +302,13 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
                 m.accuracy = test_accuracy;
             }
             if (metrics_file.is_open()) metrics.write(m);
-            bar.step(epoch, step_in_epoch, loss_sum / static_cast<double>(step_in_epoch + 1),
+            bar.step(epoch, step_in_epoch, loss_sum / static_cast<double>(micro_batches),
                      static_cast<double>(correct) / static_cast<double>(std::max<std::size_t>(seen, 1)),
                      static_cast<double>(samples) / std::max(train_seconds, 1e-9));
-            ++step_in_epoch;
             if (stop) break;
         }
         if (!stop) sampler.next_epoch();
-        bar.epoch(epoch, loss_sum / static_cast<double>(std::max<std::size_t>(step_in_epoch, 1)), test_accuracy,
+        bar.epoch(epoch, loss_sum / static_cast<double>(std::max<std::size_t>(micro_batches, 1)), test_accuracy,
                   std::chrono::duration<double>(clock::now() - epoch_start).count());
         if (!config.checkpoint.empty()) {
             if (!apart) sync_buffers();
@@ -300,6 +330,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     r.train_seconds = train_seconds;
     r.samples_per_s = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0.0;
     r.epochs_run = epoch - first_epoch;
+    r.optimizer_state_bytes = dp.optimizer_state_bytes();
     constexpr auto path = hitch::compress::aggregation_path_of<X>;
     if constexpr (path == hitch::compress::aggregation_path::compressed_ring ||
                   path == hitch::compress::aggregation_path::allgather) {

@@ -1,11 +1,14 @@
-// Files for the trainer tests, which CMake cannot write itself:
+// Files for the trainer tests, which CMake cannot write itself, and the one sum it cannot do:
 //   trainer_files cifar DIR RECORDS   a small data set in the CIFAR-10 binary format (data_batch_1..5.bin,
 //                                     test_batch.bin); each class has its own colour pattern, so a network learns it
 //   trainer_files cut SRC DST BYTES   the first BYTES bytes of SRC
 //   trainer_files damage SRC DST AT   SRC with the 16 bytes from offset AT inverted
 //   trainer_files inflated FILE       how many bytes zlib decompresses from FILE before it ends or fails
+//   trainer_files relative A B        |A - B| / max(|A|, |B|) (0 when both are 0), for if(... LESS ...)
 #include <zlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -79,7 +82,16 @@ int main(int argc, char** argv) {
         return ec ? 1 : copy(argv[2], argv[3], size, std::strtoull(argv[4], nullptr, 10));
     }
     if (what == "inflated" && argc == 3) return inflated(argv[2]);
-    std::fprintf(stderr, "usage: %s cifar DIR RECORDS | cut SRC DST BYTES | damage SRC DST AT | inflated FILE\n",
+    if (what == "relative" && argc == 4) {
+        char *end_a = nullptr, *end_b = nullptr;
+        const double a = std::strtod(argv[2], &end_a), b = std::strtod(argv[3], &end_b);
+        if (*end_a != '\0' || *end_b != '\0' || end_a == argv[2] || end_b == argv[3]) return 1;
+        const double scale = std::max(std::fabs(a), std::fabs(b));
+        std::printf("%.17g\n", scale == 0.0 ? 0.0 : std::fabs(a - b) / scale);
+        return 0;
+    }
+    std::fprintf(stderr,
+                 "usage: %s cifar DIR RECORDS | cut SRC DST BYTES | damage SRC DST AT | inflated FILE | relative A B\n",
                  argv[0]);
     return 2;
 }
