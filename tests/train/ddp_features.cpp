@@ -360,3 +360,52 @@ TEST_CASE("unused layers count as zero gradients; a layer no rank used is not st
         CHECK(max_abs_diff(got, ref) <= 1e-6);
     }
 }
+
+TEST_CASE("every rank starts from rank 0's parameters; off, replicas that differ stay apart",
+          "[train][data_parallel][broadcast]") {
+    for (bool broadcast : {true, false}) {
+        CAPTURE(broadcast);
+        const auto results = run_local(3, [&](local& comm) {
+            model m({5, 3000, 1});
+            for (auto& layer : m.w)
+                for (float& x : layer) x += 0.125f * static_cast<float>(comm.rank());  // another seed per rank
+            const auto rank0 = [&] {
+                model r0({5, 3000, 1});
+                return r0.w;
+            }();
+            hitch::cpu dev;
+            hitch::data_parallel<hitch::optim::sgd>::options o;
+            o.broadcast_parameters = broadcast;
+            o.bucket_bytes = 4096;
+            hitch::data_parallel<hitch::optim::sgd> dp(comm, dev, m.layers(), o);
+            return std::make_pair(m.w == rank0, dp.parameter_hash());
+        });
+        for (std::size_t r = 0; r < results.size(); ++r) {
+            CHECK(results[r].first == (broadcast || r == 0));
+            CHECK((results[r].second == results[0].second) == (broadcast || r == 0));
+        }
+    }
+}
+
+TEST_CASE("ranks whose layers differ only in rows or flags are mismatch_error naming them",
+          "[train][data_parallel][broadcast]") {
+    const auto messages = run_local(2, [](local& comm) {
+        model m({12, 4});
+        auto layers = m.layers();
+        layers[0].rows = comm.rank() == 0 ? 3 : 4;
+        if (comm.rank() == 1) layers[1].flags = hitch::layer_flags::bias_or_norm();
+        hitch::cpu dev;
+        try {
+            hitch::data_parallel<hitch::optim::sgd> dp(comm, dev, layers);
+        } catch (const hitch::mismatch_error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    });
+    for (const auto& m : messages)
+        CHECK(m ==
+              "hitch::data_parallel: ranks have different layers: layer 0: rank 0 has 'layer0' (12 x float, rows 3), "
+              "rank 1 has 'layer0' (12 x float, rows 4); layer 1: rank 0 has 'layer1' (4 x float, "
+              "exclude_from_adaptation false, exclude_from_weight_decay false), rank 1 has 'layer1' (4 x float, "
+              "exclude_from_adaptation true, exclude_from_weight_decay true)");
+}

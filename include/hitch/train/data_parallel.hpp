@@ -20,8 +20,9 @@
 // applied (a gradient overflowed under loss scaling, or was not finite): a skipped step is skipped everywhere
 // and leaves parameters and optimizer state bitwise unchanged.
 //
-// The constructor checks that every rank has the same layers (count, names, sizes, element types) and throws
-// mismatch_error naming the ranks and layers that differ. A layer that never got gradient_ready in a step where
+// The constructor checks that every rank has the same layers (count, names, sizes, element types, matrix rows,
+// flags) and throws mismatch_error naming the ranks and layers that differ; then every rank takes rank 0's
+// parameters (options.broadcast_parameters). A layer that never got gradient_ready in a step where
 // others did is config_error naming it, at step() (or, with find_unused_layers, a zero gradient). Checkpoints
 // (save/load) resume exactly (train/checkpoint.hpp).
 

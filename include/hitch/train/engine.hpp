@@ -83,6 +83,10 @@ public:
           pipeline_([this](std::size_t b) { run_bucket(b); }) {
         static_assert(D::space == memory_space::host, "hitch::data_parallel runs on host devices (hitch::cpu)");
         static_assert(allreduce::check_schedule<S, C>());
+        if (options_.broadcast_parameters && control_.size() > 1) {
+            buckets_.broadcast_parameters(0);
+            weights_.write_back();
+        }
         reports_.emplace(layers32(), options_.find_unused_layers);
         ready_in_bucket_.assign(buckets_.size(), 0);
         if (options_.zero_stage != 0) {

@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "hitch/allreduce/binary_tree.hpp"
 #include "hitch/allreduce/collectives.hpp"
 #include "hitch/allreduce/group.hpp"
 #include "hitch/allreduce/partition.hpp"
@@ -159,6 +160,25 @@ public:
             for_each_overlap(b, {0, plan_[b].elements},
                              [&](const hitch::layer& l, std::size_t at, std::size_t in_bucket, std::size_t n) {
                                  std::memcpy(params[index(l)].data() + at, staging + in_bucket, n * sizeof(T));
+                             });
+        }
+    }
+
+    /// Every rank takes rank `root`'s parameters, a bucket at a time, with the buckets' buffers as staging.
+    void broadcast_parameters(int root) {
+        allreduce::call_options call = call_;
+        call.check = false;  // the layers were agreed on: the sizes match everywhere
+        for (std::size_t b = 0; b < plan_.size(); ++b) {
+            bucket& bk = buckets_[b];
+            for_each_overlap(b, {0, plan_[b].elements},
+                             [&](const hitch::layer& l, std::size_t at, std::size_t in_bucket, std::size_t n) {
+                                 std::memcpy(bk.data.data() + in_bucket, l.params.data() + at, n * sizeof(float));
+                             });
+            allreduce::broadcast(group_, tensor_view<float>(bk.data.data(), bk.data.size()), root,
+                                 allreduce::binary_tree{}, call);
+            for_each_overlap(b, {0, plan_[b].elements},
+                             [&](const hitch::layer& l, std::size_t at, std::size_t in_bucket, std::size_t n) {
+                                 std::memcpy(l.params.data() + at, bk.data.data() + in_bucket, n * sizeof(float));
                              });
         }
     }

@@ -1,7 +1,8 @@
 #pragma once
 // The checks data_parallel's constructor makes on the model's layers: locally (gradients as large as parameters,
-// host memory), then across ranks (the same count, names, sizes and element types everywhere), naming the ranks and
-// layers that differ.
+// host memory), then across ranks (the same count, names, sizes, element types, matrix rows and flags everywhere:
+// two ranks that differ only in a layer's shape or its weight-decay flag would train different models), naming the
+// ranks and layers that differ.
 
 #include <algorithm>
 #include <cstddef>
@@ -18,6 +19,7 @@
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/hash.hpp"
+#include "hitch/core/layer.hpp"
 
 namespace hitch::train::detail {
 
@@ -25,21 +27,38 @@ namespace hitch::train::detail {
 struct layer_descriptor {
     std::uint64_t name_hash = 0;
     std::uint64_t size = 0;
+    std::uint64_t rows = 0;
     std::uint8_t type = 0;
-    char name[47] = {};  // for the message only: two layers differ by their hash, size and type
+    std::uint8_t flags = 0;  // bit 0: exclude_from_adaptation, bit 1: exclude_from_weight_decay
+    char name[46] = {};      // for the message only: two layers differ by the fields above
 
     friend bool operator==(const layer_descriptor& a, const layer_descriptor& b) noexcept {
-        return a.name_hash == b.name_hash && a.size == b.size && a.type == b.type;
+        return a.name_hash == b.name_hash && a.size == b.size && a.rows == b.rows && a.type == b.type &&
+               a.flags == b.flags;
     }
 };
 
-[[nodiscard]] inline layer_descriptor describe_layer(std::string_view name, std::size_t size, dtype type) {
+[[nodiscard]] inline layer_descriptor describe_layer(std::string_view name, std::size_t size, dtype type,
+                                                     std::size_t rows = 0, layer_flags flags = {}) {
     layer_descriptor d;
     d.name_hash = fnv1a(name);
     d.size = size;
+    d.rows = rows;
     d.type = static_cast<std::uint8_t>(type);
+    d.flags =
+        static_cast<std::uint8_t>((flags.exclude_from_adaptation ? 1 : 0) | (flags.exclude_from_weight_decay ? 2 : 0));
     std::memcpy(d.name, name.data(), std::min(name.size(), sizeof(d.name) - 1));
     return d;
+}
+
+/// "'fc.weight' (20 x float)", with the rows and flags when they tell the layer apart from `other`.
+[[nodiscard]] inline std::string describe_for_message(const layer_descriptor& d, const layer_descriptor& other) {
+    std::string s = hitch::detail::concat("'", d.name, "' (", d.size, " x ", name(static_cast<dtype>(d.type)));
+    if (d.rows != other.rows) s += hitch::detail::concat(", rows ", d.rows);
+    if (d.flags != other.flags)
+        s += hitch::detail::concat(", exclude_from_adaptation ", (d.flags & 1) != 0 ? "true" : "false",
+                                   ", exclude_from_weight_decay ", (d.flags & 2) != 0 ? "true" : "false");
+    return s + ")";
 }
 
 /// This rank's layers are usable: there is at least one, each has as many gradients as parameters, in host memory.
@@ -68,9 +87,15 @@ void agree_on_layers(C& control, std::span<const Layer> layers, dtype type, std:
     std::uint64_t fingerprint = fnv1a_basis;
     std::vector<layer_descriptor> mine;
     for (const Layer& l : layers) {
-        mine.push_back(describe_layer(l.name, l.params.size(), type));
+        if constexpr (requires {
+                          l.rows;
+                          l.flags;
+                      })
+            mine.push_back(describe_layer(l.name, l.params.size(), type, l.rows, l.flags));
+        else
+            mine.push_back(describe_layer(l.name, l.params.size(), type));
         const auto* bytes = reinterpret_cast<const std::byte*>(&mine.back());
-        fingerprint = fnv1a(std::span<const std::byte>(bytes, offsetof(layer_descriptor, type) + 1), fingerprint);
+        fingerprint = fnv1a(std::span<const std::byte>(bytes, offsetof(layer_descriptor, flags) + 1), fingerprint);
     }
     const auto fingerprints = comm::allgather_value(control, fingerprint);
     if (std::all_of(fingerprints.begin(), fingerprints.end(), [&](std::uint64_t f) { return f == fingerprints[0]; }))
@@ -81,9 +106,14 @@ void agree_on_layers(C& control, std::span<const Layer> layers, dtype type, std:
         const auto all = comm::allgather_value(control, mine[k]);
         if (std::all_of(all.begin(), all.end(), [&](const layer_descriptor& d) { return d == all[0]; })) continue;
         s << ' ' << noun.substr(0, noun.size() - 1) << ' ' << k << ":";
-        for (std::size_t r = 0; r < all.size(); ++r)
-            s << (r == 0 ? " " : ", ") << "rank " << r << " has '" << all[r].name << "' (" << all[r].size << " x "
-              << name(static_cast<dtype>(all[r].type)) << ")";
+        // A rank's entry shows the rows and flags when they differ from some other rank's.
+        for (std::size_t r = 0; r < all.size(); ++r) {
+            const auto differs = std::find_if(all.begin(), all.end(), [&](const layer_descriptor& d) {
+                return d.rows != all[r].rows || d.flags != all[r].flags;
+            });
+            s << (r == 0 ? " " : ", ") << "rank " << r << " has "
+              << describe_for_message(all[r], differs == all.end() ? all[r] : *differs);
+        }
         s << ';';
     }
     std::string text = s.str();

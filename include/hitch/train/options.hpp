@@ -67,6 +67,10 @@ struct data_parallel_options {
     amp::loss_scaler_options scaler{};
     /// Without loss scaling: what a non-finite gradient does (throw naming the layer and step, or skip).
     amp::nonfinite_policy nonfinite = amp::nonfinite_policy::throw_error;
+    /// At construction every rank takes rank 0's parameters (as DDP's constructor broadcasts them), so replicas
+    /// started from another seed or another checkpoint agree from the first step. Off: they must already agree
+    /// (replica_check_interval finds out when they do not).
+    bool broadcast_parameters = true;
     /// Every this many steps compare a hash of the parameters across ranks (0: never); drift is mismatch_error.
     std::uint64_t replica_check_interval = 0;
     /// Check every collective's arguments across ranks (allreduce::call_options::check).
