@@ -100,10 +100,11 @@ public:
                                           "gradients; the compressor '", X::name,
                                           "' needs zero_stage = 1 (its exchange stays as it is)"));
             buckets_.set_reduce_scatter(options_.zero_stage == 2);
-            if constexpr (master_weights<Param, D>::mixed_precision) weights_.shard(dev, buckets_.own_pieces());
+            own_pieces_ = buckets_.own_pieces();
+            if constexpr (master_weights<Param, D>::mixed_precision) weights_.shard(dev, own_pieces_);
         }
         std::optional<std::vector<optim::piece>> pieces;
-        if (options_.zero_stage != 0) pieces = weights_.sharded() ? weights_.optimizer_pieces() : buckets_.own_pieces();
+        if (options_.zero_stage != 0) pieces = weights_.sharded() ? weights_.optimizer_pieces() : own_pieces_;
         optimizer_.emplace(
             options_.optimizer,
             std::vector<hitch::layer>(weights_.optimizer_layers().begin(), weights_.optimizer_layers().end()), dev,
@@ -475,6 +476,12 @@ private:
     void clip_gradients(std::span<const unsigned char> skip);
 
     /// Replaces each value by its sum over the ranks (ZeRO's partial norms).
+    /// Options of the engine's own small collectives (agreements, partial norms, buffers).
+    [[nodiscard]] allreduce::call_options internal_call() const {
+        allreduce::call_options call;
+        call.check = options_.check_collectives;
+        return call;
+    }
     void sum_over_ranks(std::span<double> values);
 
     /// Broadcasts and averages the buffers (or, `all_from_root`, gives every rank rank 0's).
@@ -493,6 +500,7 @@ private:
     std::vector<std::size_t> ready_in_bucket_;  // per bucket: how many of its layers are ready
     P policy_;
     std::optional<optimizer_stage<O, D>> optimizer_;
+    std::vector<optim::piece> own_pieces_;  // ZeRO: this rank's blocks of the buckets, as pieces of the layers
     std::optional<amp::loss_scaler<C>> scaler_;
     std::optional<gradient_intake<Param, D, C>> intake_;
     buffer_set<C> buffers_;

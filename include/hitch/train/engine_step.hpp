@@ -187,8 +187,7 @@ std::span<const unsigned char> engine<O, X, P, S, C, D, Param>::unused_everywher
     return reports_->unused_everywhere([&](std::span<float> used) {
         if (self_) return;
         auto span = trace("agree on unused layers", "comm");
-        allreduce::call_options call;
-        call.check = options_.check_collectives;
+        const allreduce::call_options call = internal_call();
         allreduce::allreduce(group_, tensor_view<float>(used.data(), used.size()), allreduce::reduce_op::max,
                              allreduce::recursive_doubling{}, call);
     });
@@ -202,7 +201,7 @@ void engine<O, X, P, S, C, D, Param>::clip_gradients(std::span<const unsigned ch
     auto span = trace("clip gradients", "compute");
     std::vector<hitch::layer> held;
     if (options_.zero_stage == 2) {
-        for (const optim::piece& pc : buckets_.own_pieces())
+        for (const optim::piece& pc : own_pieces_)
             if (skip.empty() || skip[pc.layer] == 0) {
                 // Clipping reads and scales gradients only: the piece's views are both its gradient.
                 const tensor_view<float> g = layers32()[pc.layer].grads.subview(pc.begin, pc.size());
@@ -221,8 +220,7 @@ void engine<O, X, P, S, C, D, Param>::clip_gradients(std::span<const unsigned ch
 template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
 void engine<O, X, P, S, C, D, Param>::sum_over_ranks(std::span<double> values) {
     auto span = trace("sum over ranks", "comm");
-    allreduce::call_options call;
-    call.check = options_.check_collectives;
+    const allreduce::call_options call = internal_call();
     allreduce::allreduce(group_, tensor_view<double>(values.data(), values.size()), allreduce::reduce_op::sum,
                          allreduce::recursive_doubling{}, call);
 }
@@ -232,8 +230,7 @@ template <optimizer O, compressor X, sync_policy P, class S, communicator C, dev
 void engine<O, X, P, S, C, D, Param>::sync_buffers(bool all_from_root) {
     auto span = trace("buffers", "comm");
     const auto start = std::chrono::steady_clock::now();
-    allreduce::call_options call;
-    call.check = options_.check_collectives;
+    const allreduce::call_options call = internal_call();
     buffers_.synchronize(
         group_, call,
         [&](tensor_view<float> v) {
