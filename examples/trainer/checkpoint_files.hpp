@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hitch_examples {
 
@@ -30,17 +31,19 @@ inline std::map<int, std::set<int>> checkpoint_files(const std::filesystem::path
     return found;
 }
 
-/// Empty when `prefix` has a file for every one of the first `workers` of `ranks` ranks (dedicated parameter
-/// servers, the last ranks, write "<prefix>.shard<s>" instead); else one line saying what is on disk and what this
-/// run has (`flag` names the option, "--resume").
-inline std::string resume_problem(std::string_view flag, const std::filesystem::path& prefix, int ranks, int workers) {
+/// Empty when `prefix` has a file for each of the ranks `mine` (this node's ranks: on per-node disks a node sees only
+/// its own ranks' files) that is one of the first `workers` of `ranks` ranks (dedicated parameter servers, the last
+/// ranks, write "<prefix>.shard<s>" instead); else one line saying what is on disk and what this run has (`flag`
+/// names the option, "--resume").
+inline std::string resume_problem(std::string_view flag, const std::filesystem::path& prefix, int ranks, int workers,
+                                  const std::vector<int>& mine) {
     const auto found = checkpoint_files(prefix);
     const std::string head = std::string(flag) + " " + prefix.string() + ": ";
     const auto plural = [](int n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
     if (found.empty()) return head + "no checkpoint files " + prefix.filename().string() + ".rank<r>-of-<p> found";
     if (const auto it = found.find(ranks); it != found.end()) {
-        for (int r = 0; r < workers; ++r)
-            if (!it->second.contains(r))
+        for (const int r : mine)
+            if (r < workers && !it->second.contains(r))
                 return head + "the file of rank " + std::to_string(r) + " (" + prefix.filename().string() + ".rank" +
                        std::to_string(r) + "-of-" + std::to_string(ranks) + ") is missing; " +
                        std::to_string(it->second.size()) + " of " + std::to_string(workers) + " are there";

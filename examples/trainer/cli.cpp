@@ -13,6 +13,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -43,16 +44,37 @@ static void prefer_faster_blas_kernels(char** argv) {
 
 namespace detail {
 
-/// Nodes the MPI ranks run on: ranks that share memory are on one node (MPI_COMM_TYPE_SHARED).
-inline int count_nodes() {
-    MPI_Comm node = MPI_COMM_NULL;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    int node_rank = 0;
-    MPI_Comm_rank(node, &node_rank);
-    MPI_Comm_free(&node);
-    int leaders = node_rank == 0 ? 1 : 0, nodes = 0;
-    MPI_Allreduce(&leaders, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    return nodes;
+/// The node each MPI rank runs on, as hitch's communicators see it (ranks that share memory, or the nodes of
+/// HITCH_EMULATE_NODES): this rank's node, the node count and how many ranks each node runs.
+struct placement {
+    hitch::node_layout layout;
+    int node = 0;
+
+    [[nodiscard]] std::vector<int> ranks_per_node() const {
+        std::vector<int> out(static_cast<std::size_t>(layout.nodes), 0);
+        for (const int n : layout.node_of_rank) ++out[static_cast<std::size_t>(n)];
+        return out;
+    }
+};
+inline placement place_ranks(int rank, int size, bool on_threads) {
+    placement out;
+    if (on_threads) {
+        out.layout.node_of_rank.assign(static_cast<std::size_t>(size), 0);
+        out.layout.nodes = 1;
+        return out;
+    }
+    hitch::comm::mpi world;
+    out.layout = world.node_layout();
+    out.node = out.layout.node_of(rank);
+    return out;
+}
+
+/// `path` with every "{node}" replaced by `node` (per-node copies of the data or checkpoints at different paths).
+inline std::string on_node(std::string path, int node) {
+    static constexpr std::string_view key = "{node}";
+    for (auto at = path.find(key); at != std::string::npos; at = path.find(key, at))
+        path.replace(at, key.size(), std::to_string(node));
+    return path;
 }
 
 /// Runs `f` on every rank; when it throws on any, the lowest such rank prints its line and every rank learns the
@@ -125,14 +147,15 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
     const bool on_threads = config.threads > 0;
     std::unique_ptr<hitch::comm::mpi_environment> env;
     if (!on_threads) env = std::make_unique<hitch::comm::mpi_environment>(argc, argv);
-    int world_rank = 0, world_size = 1, nodes = 1;
+    int world_rank = 0, world_size = 1;
     if (!on_threads) {
         MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
         MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-        nodes = detail::count_nodes();
     } else {
         world_size = config.threads;
     }
+    const detail::placement where = detail::place_ranks(world_rank, world_size, on_threads);
+    for (std::string* path : {&config.data, &config.checkpoint, &config.resume}) *path = detail::on_node(*path, where.node);
     nn::set_blas_threads(config.blas_threads);
 
     std::shared_ptr<void> keep;
@@ -141,7 +164,8 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
         check_combination(config, world_size);
         if (!config.resume.empty())
             if (const std::string problem =
-                    resume_problem("--resume", config.resume, world_size, worker_count(config, world_size));
+                    resume_problem("--resume", config.resume, world_size, worker_count(config, world_size),
+                                   where.layout.ranks_on(where.node));
                 !problem.empty())
                 throw usage_error(problem);
         t = make_task(config, keep);
@@ -184,7 +208,7 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
             result = train(comm, config, t);
         }
         if (world_rank == 0) {
-            const std::string line = summary_line(info.example, config, world_size, nodes, result);
+            const std::string line = summary_line(info.example, config, world_size, where.layout.nodes, where.ranks_per_node(), result);
             // The metrics file ends with the same line, so that it says what produced it (docs/metrics.md).
             if (!config.metrics.empty()) {
                 std::ofstream metrics(config.metrics, std::ios::app);

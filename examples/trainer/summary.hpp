@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,12 +30,13 @@ inline std::string_view kernel_isa() {
 
 /// The summary line (no newline).
 inline std::string summary_line(const std::string& example, const train_config& config, int ranks, int nodes,
-                                const train_result& result) {
+                                const std::vector<int>& ranks_per_node, const train_result& result) {
     nlohmann::ordered_json j;
     j["example"] = example;
     j["model"] = config.model;
     j["ranks"] = ranks;
     j["nodes"] = nodes;
+    j["ranks_per_node"] = ranks_per_node;
     j["optimizer"] = config.optimizer;
     j["compressor"] = config.compressor;
     j["sync"] = config.sync;

@@ -13,7 +13,7 @@ endfunction()
 
 # The last line must be one JSON object with exactly the summary keys of docs/metrics.md, in order (the same list
 # as summary_keys below; metrics_schema checks the docs themselves); sets <prefix>_<key> for each.
-set(summary_keys example model ranks nodes optimizer compressor sync sync_options allreduce exchange kernel_isa epochs
+set(summary_keys example model ranks nodes ranks_per_node optimizer compressor sync sync_options allreduce exchange kernel_isa epochs
                  batch_size accumulate clip_grad_norm zero slow_rank slow_ms test_accuracy train_seconds samples_per_s
                  staleness_mean staleness_max dropped_gradients optimizer_state_bytes)
 function(check_final_line output prefix)
@@ -24,8 +24,8 @@ function(check_final_line output prefix)
   if(NOT count EQUAL expected)
     message(FATAL_ERROR "final line has ${count} keys, not ${expected}: ${last}")
   endif()
-  # CMake's JSON reader sorts members, so the order is checked on the text (exchange is the one array,
-  # sync_options the one object).
+  # CMake's JSON reader sorts members, so the order is checked on the text (ranks_per_node and exchange are the
+  # arrays, sync_options the one object).
   string(REGEX REPLACE "\\[[^]]*\\]" "[]" flat "${last}")
   string(REGEX REPLACE ":{[^{}]*}" ":{}" flat "${flat}")
   list(JOIN summary_keys "\":[^,]*,\"" pattern)
@@ -644,6 +644,55 @@ elseif(CASE STREQUAL "resume_ranks")
   expect_one_line(r 2 "two.rank1-of-2" "missing" "1 of 2")
   run_to_file(r ${MPIEXEC} -n 2 ${MNIST} ${common} --epochs 2 --resume ${WORK}/none)
   expect_one_line(r 2 "--resume ${WORK}/none" "no checkpoint files")
+elseif(CASE STREQUAL "nodes")
+  # Two emulated nodes on this host, each with its own copy of the data and its own checkpoint directory ({node}
+  # in the paths): the run reports its layout, each rank writes its checkpoint on its node only, the run resumes
+  # from those, and a copy missing on node 1 is named with node 1's path.
+  set(fashion /usr/share/datasets/fashion-mnist)
+  foreach(node IN ITEMS 0 1)
+    file(MAKE_DIRECTORY "${WORK}/data${node}" "${WORK}/disk${node}")
+    foreach(name IN ITEMS train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz
+                          t10k-labels-idx1-ubyte.gz)
+      file(CREATE_LINK "${fashion}/${name}" "${WORK}/data${node}/${name}" SYMBOLIC)
+    endforeach()
+  endforeach()
+  set(emulate ${CMAKE_COMMAND} -E env HITCH_EMULATE_NODES=2)
+  set(common --data "${WORK}/data{node}" --batch-size 128 --no-progress-bar)
+  run(r ${emulate} ${MPIEXEC} -n 2 ${MNIST} ${common} --max-steps 20 --checkpoint "${WORK}/disk{node}/run")
+  expect_ok(r)
+  check_final_line("${r}" j)
+  string(JSON first GET "${j_line}" ranks_per_node 0)
+  string(JSON second GET "${j_line}" ranks_per_node 1)
+  if(NOT j_nodes EQUAL 2 OR NOT first EQUAL 1 OR NOT second EQUAL 1)
+    message(FATAL_ERROR "2 emulated nodes of 1 rank expected: ${j_line}")
+  endif()
+  foreach(node IN ITEMS 0 1)
+    file(GLOB written RELATIVE "${WORK}/disk${node}" "${WORK}/disk${node}/run.rank*")
+    if(NOT written STREQUAL "run.rank${node}-of-2")
+      message(FATAL_ERROR "node ${node}'s disk holds '${written}', not rank ${node}'s checkpoint alone")
+    endif()
+  endforeach()
+  run(r ${emulate} ${MPIEXEC} -n 2 ${MNIST} ${common} --max-steps 40 --resume "${WORK}/disk{node}/run")
+  expect_ok(r)
+  # Without emulation both ranks are on one node, whose disk (disk0) lacks rank 1's file.
+  run_to_file(r ${MPIEXEC} -n 2 ${MNIST} ${common} --max-steps 40 --resume "${WORK}/disk{node}/run")
+  expect_one_line(r 2 "run.rank1-of-2" "missing")
+  file(REMOVE "${WORK}/data1/train-images-idx3-ubyte.gz")
+  run_to_file(r ${emulate} ${MPIEXEC} -n 2 ${MNIST} ${common} --max-steps 20)
+  string(FIND "${r_error}" "rank 1: ${WORK}/data1: no train-images file" at)
+  if(NOT r_result EQUAL 1 OR at EQUAL -1)
+    message(FATAL_ERROR "rank 1's missing copy not named (exit ${r_result}):\n${r_error}")
+  endif()
+  # Three ranks on two emulated nodes: 2 and 1.
+  run(r ${emulate} ${MPIEXEC} -n 3 ${MNIST} --synthetic --synthetic-samples 384 --batch-size 96 --epochs 1
+        --no-progress-bar)
+  expect_ok(r)
+  check_final_line("${r}" j)
+  string(JSON first GET "${j_line}" ranks_per_node 0)
+  string(JSON second GET "${j_line}" ranks_per_node 1)
+  if(NOT j_nodes EQUAL 2 OR NOT first EQUAL 2 OR NOT second EQUAL 1)
+    message(FATAL_ERROR "3 ranks on 2 emulated nodes should be 2 and 1: ${j_line}")
+  endif()
 elseif(CASE STREQUAL "bad_files")
   # Each data file fault is named with the file and the exact figures, over one process and over 2 MPI ranks.
   set(fashion /usr/share/datasets/fashion-mnist)
