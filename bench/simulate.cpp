@@ -7,11 +7,13 @@
 //
 // One JSON object per line:
 //   {"bench":"simulate","topology":"single_switch","schedule":"ring","p":64,"bytes":1048576,
-//    "virtual_s":...,"model_s":...,"step_s":...,"efficiency":...,"bytes_per_rank":...,"wall_s":...}
+//    "virtual_s":...,"model_s":...,"step_s":...,"efficiency":...,"bytes_per_rank":...,
+//    "bytes_across_nodes_per_rank":...,"wall_s":...}
 // virtual_s is the all-reduce's virtual time from a common start until the last rank has the result; step_s adds
 // --compute-ms of compute before it, and efficiency is compute / step_s (the scaling efficiency of a step whose
 // gradients are all-reduced after the backward pass, without overlap). bytes_per_rank is the mean sent per rank
-// (the group's setup, a few bytes, included).
+// (the group's setup, a few bytes, included); bytes_across_nodes_per_rank is what left the nodes through their NICs
+// (topology nodes; 0 on the others), divided by p.
 // The results are checked on every rank against the exact sum.
 //
 // --compare-local runs each schedule on comm::local as well (threads of this process, the message path) and on a
@@ -105,20 +107,23 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
     });
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     if (auto e = report.first_error()) std::rethrow_exception(e);
-    double last = 0, sent = 0;
+    double last = 0, sent = 0, across = 0;
     for (const auto& r : report.ranks) {
         last = std::max(last, r.finish_s);
         sent += static_cast<double>(r.bytes_sent);
     }
+    for (const auto& l : report.links)  // what left each node through its NIC (topology nodes)
+        if (l.name.ends_with(" nic up")) across += static_cast<double>(l.bytes);
     const double step = last - start_s;
     const hitch::cost_constants k{s.latency_us * 1e-6, 8.0 / (s.gbit * 1e9), 0.0};
     double model = -1;
     if constexpr (requires { schedule.cost(p, bytes, k); }) model = schedule.cost(p, bytes, k).seconds(k);
     std::printf(
         "{\"bench\":\"simulate\",\"topology\":\"%s\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,\"virtual_s\":%.9g,"
-        "\"model_s\":%.9g,\"step_s\":%.9g,\"efficiency\":%.6g,\"bytes_per_rank\":%.9g,\"wall_s\":%.3f}\n",
+        "\"model_s\":%.9g,\"step_s\":%.9g,\"efficiency\":%.6g,\"bytes_per_rank\":%.9g,"
+        "\"bytes_across_nodes_per_rank\":%.9g,\"wall_s\":%.3f}\n",
         s.topology.c_str(), name.c_str(), p, bytes, step - compute_s, model, step,
-        compute_s > 0 ? compute_s / step : 0.0, sent / p, wall);
+        compute_s > 0 ? compute_s / step : 0.0, sent / p, across / p, wall);
     std::fflush(stdout);
 }
 
