@@ -155,7 +155,8 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
         world_size = config.threads;
     }
     const detail::placement where = detail::place_ranks(world_rank, world_size, on_threads);
-    for (std::string* path : {&config.data, &config.checkpoint, &config.resume}) *path = detail::on_node(*path, where.node);
+    for (std::string* path : {&config.data, &config.checkpoint, &config.resume})
+        *path = detail::on_node(*path, where.node);
     nn::set_blas_threads(config.blas_threads);
 
     std::shared_ptr<void> keep;
@@ -208,7 +209,8 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
             result = train(comm, config, t);
         }
         if (world_rank == 0) {
-            const std::string line = summary_line(info.example, config, world_size, where.layout.nodes, where.ranks_per_node(), result);
+            const std::string line =
+                summary_line(info.example, config, world_size, where.layout.nodes, where.ranks_per_node(), result);
             // The metrics file ends with the same line, so that it says what produced it (docs/metrics.md).
             if (!config.metrics.empty()) {
                 std::ofstream metrics(config.metrics, std::ios::app);

@@ -99,12 +99,14 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
                         "ZeRO: 1 shards the optimizer state over the ranks, 2 also reduce-scatters the gradients", 0,
                         2);
     add_real(app, "--bucket-mib", c.bucket_mib, "Gradient bucket size in MiB", r::closed(1e-4, 1024.0));
-    app.add_option("--checkpoint", c.checkpoint, "Write a checkpoint after every epoch (prefix; one file per rank; {node}: the rank's node)");
+    app.add_option("--checkpoint", c.checkpoint,
+                   "Write a checkpoint after every epoch (prefix; one file per rank; {node}: the rank's node)");
     app.add_option("--resume", c.resume, "Resume from a checkpoint prefix written by --checkpoint ({node} as there)");
     app.add_option("--metrics", c.metrics, "Per-step metrics as JSON lines (rank 0; others append .rank<r>)");
     app.add_option("--timeline", c.timeline, "Chrome trace-event timeline (rank 0; others append .rank<r>)");
     app.add_option("--plot", c.plot, "Draw loss and test accuracy against time and epochs into this PNG");
-    app.add_option("--data", c.data, "Directory of the data set ({node}: the rank's node, for per-node copies)")->capture_default_str();
+    app.add_option("--data", c.data, "Directory of the data set ({node}: the rank's node, for per-node copies)")
+        ->capture_default_str();
     add_whole<int>(app, "--threads", c.threads, "Run N ranks as threads of this process (comm::local) instead of MPI",
                    0, 64);
     add_whole<int>(app, "--blas-threads", c.blas_threads, "OpenBLAS threads per rank", 1, 64);

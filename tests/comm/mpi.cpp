@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "hitch/comm/agree.hpp"
 #include "hitch/comm/mpi.hpp"
 #include "hitch/core/node_layout.hpp"
 #include "suite.hpp"
@@ -60,10 +61,23 @@ TEST_CASE("comm::mpi: a barrier with a missing rank times out naming it", "[comm
     part.set_timeout(hitch::seconds_f(0.5));
     const int last = comm.size() - 1;
     if (comm.rank() != last) {
-        CHECK_THROWS_WITH(part.barrier(), Catch::Contains("rank " + std::to_string(last) + " did not arrive") ||
-                                              Catch::Contains("did not arrive"));
+        CHECK_THROWS_WITH(part.barrier(), Catch::Contains(": rank " + std::to_string(last) + " did not arrive"));
     }
     comm.barrier();  // the full communicator still works afterwards (its own barrier channel)
+}
+
+TEST_CASE("comm::mpi: an agreement gather with a missing rank names it on every other rank", "[comm][mpi]") {
+    mpi comm;
+    if (comm.size() < 2) return;
+    mpi part = comm.split(0, 0);
+    part.set_timeout(hitch::seconds_f(0.5));
+    const int last = comm.size() - 1;
+    if (comm.rank() != last) {
+        CHECK_THROWS_WITH(hitch::comm::allgather_value(part, comm.rank()),
+                          Catch::Contains("allgather on rank " + std::to_string(comm.rank())) &&
+                              Catch::Contains(": rank " + std::to_string(last) + " did not arrive"));
+    }
+    comm.barrier();
 }
 
 TEST_CASE("comm::mpi: MPI errors are returned, not fatal, and become comm_error with MPI's error string",

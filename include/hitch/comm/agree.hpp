@@ -18,14 +18,17 @@
 #include <type_traits>
 #include <vector>
 
+#include "hitch/comm/detail/roll_call.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/error.hpp"
 
 namespace hitch::comm {
 
-/// Offset, within hitch's reserved tag range, of the agreement messages.
+/// Offsets, within hitch's reserved tag range, of the agreement messages and of the roll call that names the ranks
+/// that did not come when a gather times out (comm/detail/roll_call.hpp).
 inline constexpr int agree_tag_offset = 0;
+inline constexpr int agree_roll_call_tag_offset = 1;
 
 /// Returns every rank's `value`, indexed by rank. Collective: every rank of `comm` calls it.
 template <communicator C, class T>
@@ -47,8 +50,24 @@ template <communicator C, class T>
                                       static_cast<std::size_t>(count) * sizeof(T));
         auto r = comm.irecv(in, from, tag);
         auto s = comm.isend(out, to, tag);
-        r.wait(limit);
-        s.wait(limit);
+        try {
+            r.wait(limit);
+            s.wait(limit);
+        } catch (const timeout_error&) {
+            // The values of ranks me ... me+have-1 are here: those ranks came. Ask the others.
+            std::vector<bool> present(static_cast<std::size_t>(p), false);
+            for (int j = 0; j < have; ++j) present[static_cast<std::size_t>((me + j) % p)] = true;
+            const int call = collective_tag_base(comm) + agree_roll_call_tag_offset;
+            const seconds_f waited = limit.waited();
+            const std::vector<int> absent = detail::roll_call(
+                me, p, std::move(present), detail::deadline_like(limit, detail::roll_call_grace(waited)),
+                [&](int peer) { return comm.isend(std::span<const std::byte>(), peer, call); },
+                [&](int peer) { return comm.irecv(std::span<std::byte>(), peer, call); });
+            throw timeout_error(
+                std::string(C::name) + " agreement",
+                hitch::detail::concat("allgather on rank ", me, " of ", p, ": ", detail::describe_absent(absent, from)),
+                waited);
+        }
     }
     std::vector<T> result(static_cast<std::size_t>(p));
     for (int j = 0; j < p; ++j)
