@@ -10,7 +10,8 @@
 // it; no length) is still read.
 //
 // checkpoint_writer::commit writes "<path>.tmp-<pid>-<n>", flushes it to disk, then renames it over <path> and
-// syncs the directory, so a crash during a save leaves the previous checkpoint intact. checkpoint_reader reads the
+// syncs the directory, so a crash during a save leaves the previous checkpoint intact (and the next save of that
+// path removes the temporary file such a crash left). checkpoint_reader reads the
 // whole file and checks everything (magic, version, byte order, lengths, every checksum) before any section is
 // handed out: a corrupt or truncated file is corrupt_message_error naming the file and what is wrong ("truncated:
 // N of M bytes", "corrupt (checksum)", "written by a newer hitch").
@@ -62,6 +63,18 @@ inline void write_all(int fd, std::span<const std::byte> bytes, const std::strin
     }
 }
 
+/// Removes "<path>.tmp-*": what a save of `path` killed before its rename left behind (saves of one path follow
+/// each other, so none of them belongs to a save still running).
+inline void remove_temporaries(const std::filesystem::path& path) {
+    const std::string stem = path.filename().string() + ".tmp-";
+    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+    std::error_code ec;
+    std::vector<std::filesystem::path> orphans;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+        if (entry.path().filename().string().rfind(stem, 0) == 0) orphans.push_back(entry.path());
+    for (const auto& orphan : orphans) std::filesystem::remove(orphan, ec);
+}
+
 }  // namespace detail
 
 /// Collects named sections and writes them to a file atomically.
@@ -98,8 +111,10 @@ public:
         return out;
     }
 
-    /// Writes the checkpoint to `path` atomically: a crash at any point leaves either the old or the new file.
+    /// Writes the checkpoint to `path` atomically: a crash at any point leaves either the old or the new file. The
+    /// temporary files a killed earlier save of `path` left behind are removed.
     void commit(const std::filesystem::path& path) const {
+        detail::remove_temporaries(path);
         const std::vector<std::byte> bytes = serialize();
         static std::atomic<unsigned> counter{0};
         const std::filesystem::path temp =

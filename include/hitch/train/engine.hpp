@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -42,6 +43,7 @@
 #include "hitch/train/bucket_pipeline.hpp"
 #include "hitch/train/buffers.hpp"
 #include "hitch/train/checkpoint.hpp"
+#include "hitch/train/checkpoint_agreement.hpp"
 #include "hitch/train/clipping.hpp"
 #include "hitch/train/engine_checkpoint.hpp"
 #include "hitch/train/engine_interface.hpp"
@@ -241,8 +243,10 @@ public:
     void save(const std::filesystem::path& prefix,
               const std::vector<std::pair<std::string, std::vector<std::byte>>>& extra) override {
         require_idle("save");
+        // Server policies' workers save on their own schedules: their files record no common generation.
+        const std::uint64_t generation = server_.active() ? 0 : agree_on_generation(control_);
         checkpoint_writer w;
-        write_meta(w, identity(), step_);
+        write_meta(w, identity(), {step_, generation});
         write_parameters(w, weights_.optimizer_layers());
         if (weights_.sharded()) write_model_parameters(w, weights_.model_parameters());
         w.add_stream("hitch.optimizer", [&](std::ostream& os) { optimizer_->save(os); });
@@ -264,9 +268,21 @@ public:
     checkpoint_reader load(const std::filesystem::path& prefix) override {
         require_idle("load");
         if (!server_.active()) {
-            checkpoint_reader r(checkpoint_path(prefix));
-            load_from(r);
-            return r;
+            // Every rank reads and checks its own file, then all agree (the same save, all readable) before any
+            // rank changes anything; a rank that fails before the agreement still takes part, with its error.
+            std::optional<checkpoint_reader> r;
+            bool agreed = false;
+            try {
+                r.emplace(checkpoint_path(prefix));
+                load_from(*r, [&](const checkpoint_position& at) {
+                    agreed = true;
+                    agree_on_files(control_, prefix.string(), at, nullptr);
+                });
+            } catch (...) {
+                if (!agreed) agree_on_files(control_, prefix.string(), {}, std::current_exception());
+                throw;
+            }
+            return std::move(*r);
         }
         // A parameter server: every worker and every server checks its part before anyone commits.
         std::optional<checkpoint_reader> r;
@@ -274,7 +290,7 @@ public:
         std::span<const std::byte> client;
         try {
             r.emplace(checkpoint_path(prefix));
-            (void)read_meta(*r, identity());
+            (void)read_meta(*r, identity());  // server policies: the staged load below is their agreement
             (void)read_parameters(*r, weights_.optimizer_layers());
             (void)read_sync(*r, policy_);
             client = r->section("hitch.server.client");
@@ -377,7 +393,8 @@ private:
     using bucket = typename gradient_exchange<X, S, C>::bucket;
 
     /// Restores everything of this rank's own checkpoint file; validates every section before it changes anything.
-    void load_from(const checkpoint_reader& r);
+    void load_from(const checkpoint_reader& r,
+                   const std::function<void(const checkpoint_position&)>& before_change = nullptr);
 
     /// Whom this rank agrees with on loss scaling and non-finite gradients: every rank, or (asynchronous
     /// policies) itself alone.

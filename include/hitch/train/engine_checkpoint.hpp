@@ -3,7 +3,8 @@
 // hitch/train/checkpoint.hpp). Each read_* checks its section and returns the state it holds without touching the
 // engine, so load() validates everything before it changes anything.
 //
-//   hitch.meta        the step, then the configuration the checkpoint belongs to (text, one item per line)
+//   hitch.meta        the step and the save's generation, then the configuration the checkpoint belongs to (text,
+//                     one item per line)
 //   hitch.params      every FP32 parameter (the masters under mixed precision), in layer order
 //   hitch.optimizer   the optimizer's state (optim::model_optimizer::save)
 //   hitch.compressor  per bucket: u64 length, then the codec's state and its residual
@@ -57,10 +58,18 @@ struct checkpoint_identity {
     return concat("hitch::data_parallel::load: ", path, ": ", what);
 }
 
-/// One item per line; with a step, the first line is "step <n>".
-[[nodiscard]] inline std::string meta_text(const checkpoint_identity& id, std::optional<std::uint64_t> step) {
+/// Where a save was taken: the step, and the save's generation (a number all ranks of one save share, drawn by
+/// rank 0; 0 in files written before generations were recorded).
+struct checkpoint_position {
+    std::uint64_t step = 0;
+    std::uint64_t generation = 0;
+    friend bool operator==(const checkpoint_position&, const checkpoint_position&) = default;
+};
+
+/// One item per line; with a position, the first lines are "step <n>" and "generation <g>".
+[[nodiscard]] inline std::string meta_text(const checkpoint_identity& id, std::optional<checkpoint_position> position) {
     std::ostringstream s;
-    if (step) s << "step " << *step << '\n';
+    if (position) s << "step " << position->step << "\ngeneration " << position->generation << '\n';
     s << "hitch checkpoint 1\n"
       << "ranks " << id.ranks << " rank " << id.rank << '\n'
       << "optimizer " << id.optimizer << '\n'
@@ -73,33 +82,44 @@ struct checkpoint_identity {
     return s.str();
 }
 
-inline void write_meta(checkpoint_writer& w, const checkpoint_identity& id, std::uint64_t step) {
-    const std::string text = meta_text(id, step);
+inline void write_meta(checkpoint_writer& w, const checkpoint_identity& id, const checkpoint_position& position) {
+    const std::string text = meta_text(id, position);
     const auto* p = reinterpret_cast<const std::byte*>(text.data());
     w.add("hitch.meta", std::vector<std::byte>(p, p + text.size()));
 }
 
-/// The saved step, once the saved configuration is found equal to `id` (else mismatch_error).
-[[nodiscard]] inline std::uint64_t read_meta(const checkpoint_reader& r, const checkpoint_identity& id) {
+/// The saved step and generation, once the saved configuration is found equal to `id` (else mismatch_error).
+[[nodiscard]] inline checkpoint_position read_meta(const checkpoint_reader& r, const checkpoint_identity& id) {
     const auto meta = r.section("hitch.meta");
-    const std::string saved(reinterpret_cast<const char*>(meta.data()), meta.size());
+    std::string saved(reinterpret_cast<const char*>(meta.data()), meta.size());
+    checkpoint_position at;
+    const auto number = [&](std::string_view key, std::uint64_t& into) {
+        if (saved.rfind(key, 0) != 0) return false;
+        const std::size_t end = saved.find('\n');
+        try {
+            std::size_t used = 0;
+            const std::string digits = saved.substr(key.size(), end - key.size());
+            into = std::stoull(digits, &used);
+            if (used != digits.size()) throw std::invalid_argument("trailing characters");
+        } catch (const std::logic_error&) {
+            throw corrupt_message_error(load_error(r.path(), concat("the ", key, "number is unreadable")));
+        }
+        saved.erase(0, end == std::string::npos ? saved.size() : end + 1);
+        return true;
+    };
+    if (!number("step ", at.step)) throw corrupt_message_error(load_error(r.path(), "the step number is missing"));
+    (void)number("generation ", at.generation);  // older files have none
     const std::string expected = meta_text(id, std::nullopt);
-    const std::string saved_config = saved.substr(saved.find('\n') + 1);
-    if (saved_config != expected) {
+    if (saved != expected) {
         const auto one_line = [](std::string s) {
             std::replace(s.begin(), s.end(), '\n', ' ');
             return s;
         };
         throw mismatch_error(concat("hitch::data_parallel::load: ", r.path(),
-                                    " was written by another configuration.\n  saved:    ", one_line(saved_config),
+                                    " was written by another configuration.\n  saved:    ", one_line(saved),
                                     "\n  this run: ", one_line(expected)));
     }
-    try {
-        if (saved.rfind("step ", 0) != 0) throw std::invalid_argument("no step");
-        return std::stoull(saved.substr(5, saved.find('\n') - 5));
-    } catch (const std::logic_error&) {
-        throw corrupt_message_error(load_error(r.path(), "the step number is unreadable"));
-    }
+    return at;
 }
 
 inline void write_parameters(checkpoint_writer& w, std::span<const hitch::layer> layers) {

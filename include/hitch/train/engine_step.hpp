@@ -17,10 +17,12 @@
 
 namespace hitch::train::detail {
 
-/// Restores everything of this rank's own checkpoint file; validates every section before it changes anything.
+/// Restores everything of this rank's own checkpoint file; validates every section, then calls `before_change`
+/// (the ranks' agreement) before it changes anything.
 template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
-void engine<O, X, P, S, C, D, Param>::load_from(const checkpoint_reader& r) {
-    const std::uint64_t saved_step = read_meta(r, identity());
+void engine<O, X, P, S, C, D, Param>::load_from(const checkpoint_reader& r,
+                                                const std::function<void(const checkpoint_position&)>& before_change) {
+    const checkpoint_position saved = read_meta(r, identity());
     const auto params = read_parameters(r, weights_.optimizer_layers());
     std::span<const std::byte> model_params;
     if (weights_.sharded()) model_params = read_model_parameters(r, weights_.model_parameters());
@@ -30,6 +32,7 @@ void engine<O, X, P, S, C, D, Param>::load_from(const checkpoint_reader& r) {
     if (scaler_) scaler_state = read_scaler(r, options_.scaler);
     P policy = read_sync(r, policy_);
     std::optional<S> schedule = read_schedule(r, options_.schedule);
+    if (before_change) before_change(saved);
     {
         auto stream = r.stream("hitch.optimizer");
         optimizer_->load(stream);
@@ -42,7 +45,7 @@ void engine<O, X, P, S, C, D, Param>::load_from(const checkpoint_reader& r) {
     policy_ = std::move(policy);
     if constexpr (stateful_schedule<S>)
         if (schedule) options_.schedule = std::move(*schedule);
-    step_ = saved_step;
+    step_ = saved.step;
     if constexpr (shared_memory_policy<P> && shares_address_space<C>) shared_.refill(control_, layers32());
 }
 
