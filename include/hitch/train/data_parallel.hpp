@@ -136,6 +136,10 @@ public:
     /// A worker is done training: the parameter servers stop counting it (and a co-located server serves the
     /// other workers until they finish too). Also done by the destructor; call it to see its errors.
     void finish() { engine_->finish(); }
+    /// This rank's data ran out (options.uneven_inputs): takes part in the other ranks' steps with zero gradients,
+    /// applying the same updates, until every rank has called join(); then every rank is at the same step with the
+    /// same parameters. Call it at an accumulation boundary, on every rank (the last to run out too).
+    void join() { engine_->join(); }
     [[nodiscard]] int rank() const { return engine_->rank(); }
     [[nodiscard]] int size() const { return engine_->size(); }
     /// This rank's place among the ranks of its node and how many run there (Horovod's local_rank() and

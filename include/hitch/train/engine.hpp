@@ -105,6 +105,10 @@ public:
             own_pieces_ = buckets_.own_pieces();
             if constexpr (master_weights<Param, D>::mixed_precision) weights_.shard(dev, own_pieces_);
         }
+        if (options_.uneven_inputs && (!P::exchanges_gradients || asynchronous_policy<P>))
+            throw config_error(concat("hitch::data_parallel: option uneven_inputs = true lets ranks join the steps ",
+                                      "of ranks that all-reduce gradients every step; the sync policy '", P::name,
+                                      "' does not (use sync::hard, or give every rank as many steps)"));
         std::optional<std::vector<optim::piece>> pieces;
         if (options_.zero_stage != 0) pieces = weights_.sharded() ? weights_.optimizer_pieces() : own_pieces_;
         optimizer_.emplace(
@@ -150,6 +154,7 @@ public:
         // during this step's backward pass belong to it.
         sync::step_result result;
         try {
+            if (!joined_) count_training_ranks();  // join() counted before this step
             result = policy_.step(*this);
         } catch (...) {
             reset_step();
@@ -228,6 +233,7 @@ public:
     [[nodiscard]] int worker_count() const override { return server_.workers(size()); }
     void serve() override { server_.serve(); }
     void finish() override { server_.finish(); }
+    void join() override;
     [[nodiscard]] int rank() const override { return control_.rank(); }
     [[nodiscard]] int size() const override { return control_.size(); }
     [[nodiscard]] const node_layout& nodes() const override { return nodes_; }
@@ -319,6 +325,7 @@ public:
     void apply_optimizer() {
         auto span = trace("optimizer", "compute");
         const std::span<const unsigned char> skip = unused_everywhere();
+        rescale_for_joined_ranks(skip);
         if (options_.clip_grad_norm > 0.0) clip_gradients(skip);
         optimizer_->step(static_cast<float>(lr_), skip, [&](std::span<double> sums) { sum_over_ranks(sums); });
         weights_.write_back();  // sharded: this rank's pieces only
@@ -483,6 +490,13 @@ private:
 
     void settle_reports() { reports_->settle(step_, control_.rank()); }
 
+    // ---- uneven inputs (train/join.hpp) ------------------------------------------------------------------------
+
+    /// With uneven_inputs, at every synchronised step: how many ranks still train (this one unless it joined).
+    void count_training_ranks();
+    /// While some ranks have joined, rescales the averaged gradients to the mean over the ranks that train.
+    void rescale_for_joined_ranks(std::span<const unsigned char> skip);
+
     /// find_unused_layers: the layers no rank (of those this rank agrees with) used in this window, as a mask; empty
     /// when there are none. Collective for synchronous policies: one max-all-reduce of a flag per layer.
     std::span<const unsigned char> unused_everywhere();
@@ -510,6 +524,8 @@ private:
     C control_;                  // agreement traffic (layer checks, overflow flags, replica hashes)
     std::optional<C> self_;      // asynchronous policies: this rank alone, for per-rank agreement
     node_layout nodes_;          // which node each rank runs on (local_rank, local_size)
+    bool joined_ = false;        // join() is running: this rank's steps carry zero gradients
+    int training_ranks_ = 0;     // uneven_inputs: ranks that trained in this step (0 when not counted)
     allreduce::group<C> group_;  // gradient and parameter collectives
     master_weights<Param, D> weights_;
     gradient_exchange<X, S, C> buckets_;
@@ -548,3 +564,4 @@ private:
 }  // namespace hitch
 
 #include "hitch/train/engine_step.hpp"  // the definitions of the step internals declared above
+#include "hitch/train/join.hpp"         // and of join()

@@ -38,6 +38,7 @@ public:
     [[nodiscard]] virtual int worker_count() const = 0;
     virtual void serve() = 0;
     virtual void finish() = 0;
+    virtual void join() = 0;
     [[nodiscard]] virtual int rank() const = 0;
     [[nodiscard]] virtual int size() const = 0;
     [[nodiscard]] virtual const node_layout& nodes() const = 0;

@@ -71,6 +71,15 @@ struct data_parallel_options {
     /// started from another seed or another checkpoint agree from the first step. Off: they must already agree
     /// (replica_check_interval finds out when they do not).
     bool broadcast_parameters = true;
+    /// Ranks may run out of data at different steps (DDP's Join): every synchronised step counts the ranks that
+    /// still train (one small all-reduce), and a rank whose data ran out calls join(), which takes part in the
+    /// others' steps with zero gradients until every rank has joined. Off: every rank must take the same steps (a
+    /// rank that stops early leaves the others to their deadline).
+    bool uneven_inputs = false;
+    /// With uneven_inputs: while some ranks have joined, average the gradients over the ranks that still train
+    /// (false: the mean over the samples of the step, as one global batch would) or over every rank (true: the
+    /// joined ranks' zeros count, as DDP's Join does by default with divide_by_initial_world_size).
+    bool join_averages_over_all_ranks = false;
     /// Every this many steps compare a hash of the parameters across ranks (0: never); drift is mismatch_error.
     std::uint64_t replica_check_interval = 0;
     /// Check every collective's arguments across ranks (allreduce::call_options::check).
