@@ -7,8 +7,11 @@
 #include <cstddef>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "hitch/allreduce/transport.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/core/node_layout.hpp"
@@ -57,18 +60,52 @@ TEST_CASE("comm::local: a rank that throws releases every other rank and the cal
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CHECK(took < 5.0);  // released long before the 60 s deadline
 
-    // Ranks blocked in a barrier, a probe and a large send are released too.
-    CHECK_THROWS_AS(run_local(4,
-                              [](local& comm) {
-                                  if (comm.rank() == 0) throw std::runtime_error("fail");
-                                  if (comm.rank() == 1) comm.barrier();
-                                  if (comm.rank() == 2) (void)comm.probe(0, 1);
-                                  if (comm.rank() == 3) {
-                                      std::vector<float> big(1 << 20);
-                                      comm.isend(std::span<const float>(big), 0, 1).wait();
-                                  }
-                              }),
-                    std::runtime_error);
+    // Ranks blocked in a barrier, a probe, a large send and an all-reduce's direct (in place) send are released
+    // too, each with the reason, long before the deadline.
+    hitch::comm::local_options options;
+    options.timeout_s = 60;
+    const auto world = std::make_shared<hitch::comm::local_world>(5, options);
+    std::vector<std::string> messages(5);
+    std::vector<double> seconds(5, 0.0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 5; ++r)
+        threads.emplace_back([&, r] {
+            local comm = world->communicator(r);
+            const auto begin = std::chrono::steady_clock::now();
+            try {
+                if (r == 0) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the others are waiting by then
+                    world->abort("rank 0 failed");
+                    return;
+                }
+                if (r == 1) comm.barrier();
+                if (r == 2) (void)comm.probe(0, 1);
+                if (r == 3) {
+                    std::vector<float> big(1 << 20);
+                    comm.isend(std::span<const float>(big), 0, 1).wait();
+                }
+                if (r == 4) {
+                    // The direct path's send waits for rank 0 to read it in place (not on a request).
+                    hitch::allreduce::shared_state<local> state;
+                    std::vector<float> data(1 << 16, 1.0f);
+                    hitch::allreduce::transport<local> t(comm, 1, hitch::deadline(hitch::seconds_f(60)), true, state);
+                    if (!t.direct()) throw std::logic_error("not the direct path");
+                    auto out = t.send<float>(0, 0, std::span<const float>(data));
+                    out.wait(t.limit());
+                }
+            } catch (const std::exception& e) {
+                messages[static_cast<std::size_t>(r)] = e.what();
+            }
+            seconds[static_cast<std::size_t>(r)] =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+        });
+    for (auto& t : threads) t.join();
+    for (int r = 1; r < 5; ++r) {
+        INFO("rank " << r << ": " << messages[static_cast<std::size_t>(r)]);
+        CHECK(messages[static_cast<std::size_t>(r)].find("was released because the world was aborted: rank 0 failed") !=
+              std::string::npos);
+        CHECK(seconds[static_cast<std::size_t>(r)] < 5.0);  // the deadline is 60 s
+    }
 }
 
 TEST_CASE("comm::local: run_local returns each rank's result in rank order", "[comm][local]") {

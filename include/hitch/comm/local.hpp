@@ -402,6 +402,15 @@ public:
     }
 
     /// Every rank of this communicator arrives, or timeout_error names the rank this one was waiting for.
+    /// Throws (a comm_error) when another rank of the world failed and the world was aborted: for waits that are
+    /// not on a request, such as the all-reduce transport's direct sends waiting for the peer to read in place.
+    void throw_if_aborted(std::string_view waiting_for) const {
+        if (world_->aborted.load(std::memory_order_relaxed))
+            throw detail::local_aborted(
+                detail::concat("hitch::comm::local: ", waiting_for, " on rank ", rank_,
+                               " was released because the world was aborted: ", world_->why_aborted()));
+    }
+
     void barrier() {
         detail::dissemination_barrier(
             rank_, size(), barriers_++, timeout_, name,

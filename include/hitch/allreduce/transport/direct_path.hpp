@@ -64,6 +64,7 @@ public:
         outgoing(outgoing&& o) noexcept
             : request_(std::move(o.request_)),
               lease_(std::move(o.lease_)),
+              comm_(o.comm_),
               peer_(o.peer_),
               channel_(o.channel_),
               spin_(o.spin_) {}
@@ -72,6 +73,7 @@ public:
                 abandon();
                 request_ = std::move(o.request_);
                 lease_ = std::move(o.lease_);
+                comm_ = o.comm_;
                 peer_ = o.peer_;
                 channel_ = o.channel_;
                 spin_ = o.spin_;
@@ -90,6 +92,9 @@ public:
             if (request_) request_->wait(limit);
             if (!lease_) return;
             if (poll_until(limit, [&] {
+                    // A world aborted by a failing rank releases this wait too, as it does the communicator's own.
+                    if constexpr (requires(const C& c) { c.throw_if_aborted("x"); })
+                        comm_->throw_if_aborted(hitch::detail::concat("hitch::allreduce direct send to rank ", peer_));
                     return lease_->state.load(std::memory_order_acquire) == detail::direct_lease::consumed;
                 }))
                 return;
@@ -115,6 +120,7 @@ public:
         }
         std::optional<request_type> request_;
         std::shared_ptr<detail::direct_lease> lease_;
+        const C* comm_ = nullptr;
         int peer_ = 0;
         int channel_ = 0;
         std::chrono::nanoseconds spin_{0};
@@ -265,6 +271,7 @@ public:
     template <element_type T>
     [[nodiscard]] outgoing send(int peer, int channel, int tag, std::span<const T> data, bool writable) {
         outgoing op;
+        op.comm_ = &comm_;
         op.peer_ = peer;
         op.channel_ = channel;
         op.spin_ = spin_;
