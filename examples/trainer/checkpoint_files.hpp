@@ -1,8 +1,10 @@
 #pragma once
 // What a --resume prefix holds on disk, read before any data is loaded: data_parallel writes one file per rank,
 // "<prefix>.rank<r>-of-<p>", and reads only the files of the rank count it runs on, so a checkpoint written by
-// another number of ranks is refused here with what is on disk, instead of as a file that cannot be opened.
+// another number of ranks is refused here with what is on disk, instead of as a file that cannot be opened. Also the
+// sets --checkpoint-every writes, "<prefix>.step<S>", which --resume auto chooses from.
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
@@ -58,6 +60,38 @@ inline std::string resume_problem(std::string_view flag, const std::filesystem::
     const char* unit = found.size() == 1 && found.begin()->first == 1 ? " rank" : " ranks";
     return head + "the checkpoint was written by " + counts + unit + ", this run has " + plural(ranks, "rank") +
            "; resume it on " + choices + unit;
+}
+
+/// The sets --checkpoint-every writes: "<prefix>.step<S>".
+inline std::string step_prefix(const std::string& prefix, std::uint64_t step) {
+    return prefix + ".step" + std::to_string(step);
+}
+
+/// The steps S for which `file_of(step_prefix(prefix, S))` (this rank's file of that set) exists, ascending.
+template <class FileOf>
+std::vector<std::uint64_t> own_checkpoint_steps(const std::string& prefix, FileOf&& file_of) {
+    const std::filesystem::path base(prefix);
+    const std::string stem = base.filename().string() + ".step";
+    const std::filesystem::path dir = base.has_parent_path() ? base.parent_path() : ".";
+    std::set<std::uint64_t> steps;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (!name.starts_with(stem)) continue;
+        unsigned long long s = 0;
+        if (std::sscanf(name.c_str() + stem.size(), "%llu", &s) != 1) continue;
+        if (std::filesystem::path(file_of(step_prefix(prefix, s))).filename() == name) steps.insert(s);
+    }
+    return {steps.begin(), steps.end()};
+}
+
+/// Removes this rank's files of every set but the `keep` newest.
+template <class FileOf>
+void prune_own_checkpoints(const std::string& prefix, std::size_t keep, FileOf&& file_of) {
+    const auto steps = own_checkpoint_steps(prefix, file_of);
+    std::error_code ec;
+    for (std::size_t i = 0; i + keep < steps.size(); ++i)
+        std::filesystem::remove(file_of(step_prefix(prefix, steps[i])), ec);
 }
 
 }  // namespace hitch_examples

@@ -163,7 +163,7 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
     task t;
     const int status = detail::agree_on_failure(!on_threads, world_rank, world_size, info.program, [&] {
         check_combination(config, world_size);
-        if (!config.resume.empty())
+        if (!config.resume.empty() && config.resume != "auto")
             if (const std::string problem =
                     resume_problem("--resume", config.resume, world_size, worker_count(config, world_size),
                                    where.layout.ranks_on(where.node));

@@ -101,7 +101,12 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
     add_real(app, "--bucket-mib", c.bucket_mib, "Gradient bucket size in MiB", r::closed(1e-4, 1024.0));
     app.add_option("--checkpoint", c.checkpoint,
                    "Write a checkpoint after every epoch (prefix; one file per rank; {node}: the rank's node)");
-    app.add_option("--resume", c.resume, "Resume from a checkpoint prefix written by --checkpoint ({node} as there)");
+    add_whole<std::size_t>(app, "--checkpoint-every", c.checkpoint_every,
+                           "Also checkpoint every N optimizer steps, to <checkpoint>.step<S>, keeping the two newest",
+                           0, std::size_t{1} << 40);
+    app.add_option("--resume", c.resume,
+                   "Resume from a checkpoint prefix written by --checkpoint ({node} as there); auto: from the newest "
+                   "usable checkpoint under --checkpoint, or from the start when there is none");
     app.add_option("--metrics", c.metrics, "Per-step metrics as JSON lines (rank 0; others append .rank<r>)");
     app.add_option("--timeline", c.timeline, "Chrome trace-event timeline (rank 0; others append .rank<r>)");
     app.add_option("--plot", c.plot, "Draw loss and test accuracy against time and epochs into this PNG");

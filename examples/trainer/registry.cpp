@@ -72,6 +72,11 @@ void check_combination(const train_config& c, int ranks) {
             "--optimizer sgd, momentum or nesterov (got '" +
             c.optimizer + "')");
     if (c.threads > 0 && c.allreduce == "native") throw usage_error(std::string(schedule_by_name::native_needs_mpi));
+    if (c.checkpoint_every > 0 && c.checkpoint.empty())
+        throw usage_error("--checkpoint-every " + std::to_string(c.checkpoint_every) +
+                          " needs --checkpoint PREFIX, where the checkpoints go");
+    if (c.resume == "auto" && c.checkpoint.empty())
+        throw usage_error("--resume auto looks for checkpoints under --checkpoint PREFIX: give it");
     if (c.slow_ms > 0.0 && c.slow_rank == -1)
         throw usage_error("--slow-ms " + detail::number_text(c.slow_ms) +
                           " needs --slow-rank R, the rank to slow down");

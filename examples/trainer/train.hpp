@@ -65,7 +65,10 @@ struct train_config {
     unsigned zero = 0;             // ZeRO stage: 0 off, 1 optimizer state sharded, 2 gradients reduce-scattered too
     // files
     std::string checkpoint;
-    std::string resume;
+    /// Also checkpoint every this many optimizer steps (0: at the end of each epoch only). Then each save is its own
+    /// set, "<checkpoint>.step<S>", and the two newest are kept.
+    std::size_t checkpoint_every = 0;
+    std::string resume;  // a prefix, or "auto": the newest usable set under --checkpoint (none: start afresh)
     std::string metrics;
     std::string timeline;
     std::string plot;

@@ -3,7 +3,11 @@
 // is where an existing model meets hitch::data_parallel. Included only by the instantiate_*.cpp files.
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -15,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint_files.hpp"
 #include "data/sampler.hpp"
 #include "hitch/allreduce/allreduce.hpp"
 #include "hitch/comm/agree.hpp"
@@ -186,22 +191,74 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
                                         hitch::allreduce::reduce_op::average);
     };
 
-    std::size_t first_epoch = 0;
-    if (!config.resume.empty()) {
-        const auto reader = dp.load(config.resume);
+    const auto file_of = [&](const std::string& prefix) { return dp.checkpoint_path(prefix).string(); };
+    // What a checkpoint holds beyond data_parallel's own: the data position and the batch-norm statistics.
+    const auto save_to = [&](const std::string& prefix) {
+        if (!apart) sync_buffers();
+        std::vector<std::pair<std::string, std::vector<std::byte>>> extra;
+        const auto where = sampler.tell();
+        extra.emplace_back("data.position", detail::as_bytes_vector(&where, sizeof(where)));
+        for (const auto& b : model.buffers())
+            extra.emplace_back("model." + b.name, detail::as_bytes_vector(b.value.data(), b.value.size_bytes()));
+        dp.save(prefix, extra);
+    };
+    const auto restore_from = [&](const std::string& prefix) -> std::size_t {
+        const auto reader = dp.load(prefix);
         const auto position = reader.section("data.position");
         data::sharded_sampler::position where{};
         if (position.size() != sizeof(where))
             throw std::runtime_error("--resume: the checkpoint's data position has the wrong size");
         std::memcpy(&where, position.data(), sizeof(where));
-        sampler.seek(where);
         for (const auto& b : model.buffers()) {
             const auto bytes = reader.section("model." + b.name);
             if (bytes.size() != b.value.size_bytes())
                 throw std::runtime_error("--resume: buffer " + b.name + " has the wrong size in the checkpoint");
-            std::memcpy(b.value.data(), bytes.data(), bytes.size());
         }
-        first_epoch = where.epoch;
+        sampler.seek(where);
+        for (const auto& b : model.buffers())
+            std::memcpy(b.value.data(), reader.section("model." + b.name).data(), b.value.size_bytes());
+        return where.epoch;
+    };
+
+    std::size_t first_epoch = 0;
+    if (config.resume == "auto") {
+        // The sets every worker has a file of, newest first, then the end-of-epoch prefix itself; the first that
+        // loads on every worker wins (a load that fails, fails on every worker alike: data_parallel agrees).
+        std::array<std::uint64_t, 16> mine{};
+        const auto steps = own_checkpoint_steps(config.checkpoint, file_of);
+        const std::size_t n = std::min(steps.size(), mine.size());
+        std::copy(steps.end() - static_cast<std::ptrdiff_t>(n), steps.end(), mine.begin());
+        const auto lists = hitch::comm::allgather_value(workers, mine);
+        std::vector<std::string> candidates;
+        for (auto it = mine.rbegin(); it != mine.rend(); ++it) {
+            if (*it == 0) continue;
+            if (std::all_of(lists.begin(), lists.end(), [&](const auto& l) {
+                    return std::find(l.begin(), l.end(), *it) != l.end();
+                }))
+                candidates.push_back(step_prefix(config.checkpoint, *it));
+        }
+        candidates.push_back(config.checkpoint);
+        bool resumed = false;
+        for (const std::string& prefix : candidates) {
+            const bool there = std::filesystem::exists(file_of(prefix));
+            if (hitch::comm::any_of(workers, !there)) continue;
+            try {
+                first_epoch = restore_from(prefix);
+                if (rank == 0) std::printf("--resume auto: from %s (step %llu)\n", prefix.c_str(),
+                                           static_cast<unsigned long long>(dp.step_index()));
+                resumed = true;
+                break;
+            } catch (const hitch::error& e) {
+                if (rank == 0) std::printf("--resume auto: %s is unusable, trying an older one: %s\n", prefix.c_str(),
+                                           e.what());
+            }
+        }
+        if (!resumed && rank == 0)
+            std::printf("--resume auto: no usable checkpoint under %s; starting from the beginning\n",
+                        config.checkpoint.c_str());
+        std::fflush(stdout);
+    } else if (!config.resume.empty()) {
+        first_epoch = restore_from(config.resume);
     }
 
     std::ofstream metrics_file;
@@ -302,6 +359,10 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
                 m.accuracy = test_accuracy;
             }
             if (metrics_file.is_open()) metrics.write(m);
+            if (config.checkpoint_every != 0 && (m.step + 1) % config.checkpoint_every == 0) {
+                save_to(step_prefix(config.checkpoint, m.step + 1));
+                prune_own_checkpoints(config.checkpoint, 2, file_of);
+            }
             bar.step(epoch, step_in_epoch, loss_sum / static_cast<double>(micro_batches),
                      static_cast<double>(correct) / static_cast<double>(std::max<std::size_t>(seen, 1)),
                      static_cast<double>(samples) / std::max(train_seconds, 1e-9));
@@ -310,14 +371,12 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
         if (!stop) sampler.next_epoch();
         bar.epoch(epoch, loss_sum / static_cast<double>(std::max<std::size_t>(micro_batches, 1)), test_accuracy,
                   std::chrono::duration<double>(clock::now() - epoch_start).count());
-        if (!config.checkpoint.empty()) {
-            if (!apart) sync_buffers();
-            std::vector<std::pair<std::string, std::vector<std::byte>>> extra;
-            const auto where = sampler.tell();
-            extra.emplace_back("data.position", detail::as_bytes_vector(&where, sizeof(where)));
-            for (const auto& b : model.buffers())
-                extra.emplace_back("model." + b.name, detail::as_bytes_vector(b.value.data(), b.value.size_bytes()));
-            dp.save(config.checkpoint, extra);
+        if (config.checkpoint_every != 0) {
+            // The epoch's end (again when its last step has just saved: the sampler has moved on to the next epoch).
+            save_to(step_prefix(config.checkpoint, dp.step_index()));
+            prune_own_checkpoints(config.checkpoint, 2, file_of);
+        } else if (!config.checkpoint.empty()) {
+            save_to(config.checkpoint);
         }
     }
     dp.finish();  // a parameter server's workers: wait until every one has finished
