@@ -11,11 +11,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <utility>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "forwarding.hpp"
@@ -44,8 +44,7 @@ namespace {
 struct node_map {
     std::vector<int> node_of_world;
     std::vector<std::atomic<long long>> cross_bytes;
-    explicit node_map(std::vector<int> nodes)
-        : node_of_world(std::move(nodes)), cross_bytes(node_of_world.size()) {}
+    explicit node_map(std::vector<int> nodes) : node_of_world(std::move(nodes)), cross_bytes(node_of_world.size()) {}
     [[nodiscard]] int node(int world) const { return node_of_world[static_cast<std::size_t>(world)]; }
 };
 
@@ -73,7 +72,7 @@ public:
     }
     [[nodiscard]] laid_out split(int color, int key) { return {inner_.split(color, key), shared_, world_rank_}; }
 
-    [[nodiscard]] node_layout node_layout() {
+    [[nodiscard]] hitch::node_layout node_layout() {
         hitch::node_layout out;
         std::vector<int> seen;  // world node ids in the order of their lowest member
         for (int w : hitch::comm::allgather_value(inner_, world_rank_)) {
@@ -133,7 +132,9 @@ void check_all(group<C>& g, const Schedule& schedule, const std::string& where) 
 }
 
 /// Machines of g ranks: a fast fabric inside (1 us, 100 GB/s), a slower nic between (5 us, 10 GB/s).
-simulated_network nodes_of(int g) { return simulated_network::nodes(g, link_model{1e-6, 1e11}, link_model{5e-6, 1e10}); }
+simulated_network nodes_of(int g) {
+    return simulated_network::nodes(g, link_model{1e-6, 1e11}, link_model{5e-6, 1e10});
+}
 
 }  // namespace
 
@@ -220,9 +221,8 @@ TEST_CASE("hierarchical groups by a non-consecutive node layout", "[allreduce][l
         const int node_count = *std::max_element(nodes.begin(), nodes.end()) + 1;
         const double leaders_ring = ring{}.cost(node_count, 6000 * sizeof(float)).sent_bytes;
         for (int r = 0; r < p; ++r) {
-            const bool leader = std::find(nodes.begin(), nodes.end(), nodes[static_cast<std::size_t>(r)]) -
-                                    nodes.begin() ==
-                                r;
+            const bool leader =
+                std::find(nodes.begin(), nodes.end(), nodes[static_cast<std::size_t>(r)]) - nodes.begin() == r;
             INFO("rank " << r << (leader ? " (leader)" : ""));
             CHECK(static_cast<double>(cross[static_cast<std::size_t>(r)]) == (leader ? leaders_ring : 0.0));
         }
@@ -263,7 +263,8 @@ TEST_CASE("the two-level cost model against hand computations", "[allreduce][lev
 
     // A flat ring over the 10 ranks crosses nodes in every step: inter constants throughout.
     CHECK(cost_on(ring{}, shape, bytes, k).seconds(k) == Approx(18 * A + 1.8 * n * B + 0.9 * n * c));
-    CHECK(cost_on(ring{}, level_shape::one_node(10), bytes, k).seconds(k) == Approx(18 * a + 1.8 * n * b + 0.9 * n * c));
+    CHECK(cost_on(ring{}, level_shape::one_node(10), bytes, k).seconds(k) ==
+          Approx(18 * a + 1.8 * n * b + 0.9 * n * c));
     // Constants of one level (inter 0): the same seconds whatever the layout.
     const cost_constants flat{1e-6, 1e-9, 1e-10, -1, -1};
     CHECK(cost_on(ring{}, shape, bytes, flat).seconds(flat) == Approx(ring{}.cost(10, bytes, flat).seconds(flat)));
@@ -382,9 +383,9 @@ TEST_CASE("automatic's state of one level (format 1) loads: inter constants 0, n
     CHECK(s.constants->inter_beta_s_per_byte == 0.0);
     REQUIRE(s.profile.has_value());
     CHECK(s.profile->measured == 2);
-    CHECK(s.profile->seconds[5][1] == 6e-5);
+    CHECK(s.profile->seconds[5][1] == 1e-5 * 6);
     CHECK(s.profile->seconds[detail::hierarchical_candidate][0] == 0.0);  // not measured
-    CHECK(s.profile->seconds[detail::native_candidate_index][0] == 7e-5);
+    CHECK(s.profile->seconds[detail::native_candidate_index][0] == 1e-5 * 7);
     // It loads into an automatic, which saves it in the current format with the same content.
     automatic a;
     a.load_state(blob);
@@ -393,4 +394,41 @@ TEST_CASE("automatic's state of one level (format 1) loads: inter constants 0, n
     const detail::automatic_state t = detail::decode_automatic_state(again);
     CHECK(*t.constants == *s.constants);
     CHECK(std::memcmp(&*t.profile, &*s.profile, sizeof(automatic_profile)) == 0);
+}
+
+TEST_CASE("automatic measures both levels on simulated nodes and times hierarchical",
+          "[allreduce][levels][automatic]") {
+    // Inside a node 1 us and 100 GB/s, between nodes 5 us and 10 GB/s (nodes_of): half a round trip of one float is
+    // alpha + 4 beta of its level; an exchange's per-byte time is at most its level's beta (automatic keeps the
+    // fastest of its attempts, and partners start them at different times) and above 0.9 of it.
+    automatic::options_type o;
+    o.calibration_budget_s = 0.05;  // virtual seconds: a few probe sizes
+    const automatic a(o);
+    const auto measured = run_simulated(8, nodes_of(4), [&](simulated& comm) {
+        group g(comm);
+        std::vector<float> data(100000, 1.0f);
+        allreduce(g, hitch::view(data), reduce_op::sum, a);
+        expect(data[4321] == 8.0f, "sum");
+        const auto profile = automatic::measured_profile(g.state());
+        expect(profile != nullptr && profile->seconds[detail::hierarchical_candidate][0] > 0,
+               "the two-level candidate is timed at the probes");
+        return *g.constants();
+    });
+    for (const cost_constants& k : measured) CHECK(k == measured[0]);
+    const cost_constants k = measured[0];
+    CHECK(k.alpha_s == Approx(1e-6 + 4 * 1e-11).epsilon(1e-4));
+    CHECK(k.inter_alpha_s == Approx(5e-6 + 4 * 1e-10).epsilon(1e-4));
+    CHECK(k.beta_s_per_byte <= 1e-11);
+    CHECK(k.beta_s_per_byte > 0.9e-11);
+    CHECK(k.inter_beta_s_per_byte <= 1e-10);
+    CHECK(k.inter_beta_s_per_byte > 0.9e-10);
+    // One rank per node: one level, as before.
+    const auto flat = run_simulated(4, nodes_of(1), [&](simulated& comm) {
+        group g(comm);
+        std::vector<float> data(1000, 1.0f);
+        allreduce(g, hitch::view(data), reduce_op::sum, automatic(o));
+        return *g.constants();
+    });
+    CHECK(flat[0].inter_alpha_s == 0.0);
+    CHECK(flat[0].inter_beta_s_per_byte == 0.0);
 }

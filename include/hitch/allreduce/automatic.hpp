@@ -72,9 +72,9 @@
 #include "hitch/allreduce/tuning.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/concepts/allreduce_schedule.hpp"
-#include "hitch/core/node_layout.hpp"
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/core/node_layout.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::allreduce {
@@ -299,20 +299,11 @@ private:
         detail::online_ranking::times out;
         out.fill(-1.0);
         candidates_.visit(shape, k, [&](int index, const auto& s) {
-            out[static_cast<std::size_t>(index)] = std::max(modelled(index, s, shape, n_bytes, k, profile), 0.0);
+            out[static_cast<std::size_t>(index)] =
+                std::max(detail::modelled_seconds(index, s, shape, n_bytes, k, profile), 0.0);
         });
         if constexpr (!has_native_allreduce<C>::value) out.back() = -1.0;
         return out;
-    }
-
-    /// Candidate `index` (schedule s): its modelled seconds, scaled by its measured ratio when there is a profile.
-    template <class S>
-    [[nodiscard]] static double modelled(int index, const S& s, const level_shape& shape, std::size_t n_bytes,
-                                         const cost_constants& k, const automatic_profile* profile) {
-        const auto model = [&](std::size_t bytes) { return cost_on(s, shape, bytes, k).seconds(k); };
-        double c = model(n_bytes);
-        if (profile != nullptr) c *= detail::measured_ratio(*profile, index, n_bytes, model);
-        return c;
     }
 
     /// What a remembered choice gives a call (`planning`: the call about to run, which takes its step in the
@@ -489,7 +480,7 @@ private:
         int best = 0;
         double best_s = -1;
         candidates_.visit(shape, k, [&](int index, const auto& s) {
-            const double c = modelled(index, s, shape, n_bytes, k, profile);
+            const double c = detail::modelled_seconds(index, s, shape, n_bytes, k, profile);
             if (best_s < 0 || c < best_s) {
                 best = index;
                 best_s = c;

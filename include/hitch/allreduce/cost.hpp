@@ -60,7 +60,8 @@ struct level_shape {
         s.nodes = layout.nodes;
         std::vector<int> per_node(static_cast<std::size_t>(layout.nodes > 0 ? layout.nodes : 0), 0);
         s.largest_node = 0;
-        for (int node : layout.node_of_rank) s.largest_node = std::max(s.largest_node, ++per_node.at(std::size_t(node)));
+        for (int node : layout.node_of_rank)
+            s.largest_node = std::max(s.largest_node, ++per_node.at(std::size_t(node)));
         return s;
     }
     /// Ranks on more than one node, and more than one rank on some node: a schedule by node has two levels.

@@ -48,11 +48,11 @@ struct cost_constants {
 /// A schedule's cost for one call: coefficients of alpha, beta and gamma on the critical path (apart for messages
 /// inside a node and messages between nodes), and what the busiest rank sends.
 struct cost_estimate {
-    double latency_terms = 0;    ///< multiplies alpha (sequential message rounds inside a node)
-    double bandwidth_bytes = 0;  ///< multiplies beta
-    double reduced_bytes = 0;    ///< multiplies gamma
-    double sent_messages = 0;    ///< messages sent by the busiest rank
-    double sent_bytes = 0;       ///< bytes sent by the busiest rank
+    double latency_terms = 0;          ///< multiplies alpha (sequential message rounds inside a node)
+    double bandwidth_bytes = 0;        ///< multiplies beta
+    double reduced_bytes = 0;          ///< multiplies gamma
+    double sent_messages = 0;          ///< messages sent by the busiest rank
+    double sent_bytes = 0;             ///< bytes sent by the busiest rank
     double inter_latency_terms = 0;    ///< multiplies the between-node alpha (rounds that cross nodes)
     double inter_bandwidth_bytes = 0;  ///< multiplies the between-node beta
 

@@ -38,12 +38,14 @@ void reserved_call(transport<C>& t, std::uint64_t slot, seconds_f timeout, Body&
 
 /// `base` with the candidates timed at the probes from base.measured up to `upto` (collective; the result is the
 /// same on every rank). `which` lists the candidates to time; `run(c, span)` runs candidate c once on the span;
-/// `model(bytes)` is the modelled time of one run of each of them (one round). The budget is spent the same way on every rank: before a probe's
-/// uncounted round, all ranks decide together whether it fits (predicted from the previous probe's round, scaled
-/// by the model); after it, they agree on the slowest rank's round time and the least budget left, and each
-/// takes as many counted rounds as fit (at most the tuned best-of-N). The first probe cut short ends the probes.
+/// `model(bytes)` is the modelled time of one run of each of them (one round). The budget is spent the same way on
+/// every rank: before a probe's uncounted round, all ranks decide together whether it fits (predicted from the previous
+/// probe's round, scaled by the model); after it, they agree on the slowest rank's round time and the least budget
+/// left, and each takes as many counted rounds as fit (at most the tuned best-of-N). The first probe cut short ends the
+/// probes.
 template <communicator C, class Run, class Model>
-[[nodiscard]] automatic_profile time_probes(transport<C>& t, const automatic_profile& base, int upto, std::span<const int> which,
+[[nodiscard]] automatic_profile time_probes(transport<C>& t, const automatic_profile& base, int upto,
+                                            std::span<const int> which,
                                             std::chrono::steady_clock::time_point budget_end, Run&& run,
                                             Model&& model) {
     const auto left = [&] { return std::chrono::duration<double>(budget_end - now_on(t.comm())).count(); };

@@ -67,6 +67,17 @@ template <communicator C>
     });
 }
 
+/// Candidate `index` (schedule s) on ranks of `shape`: its modelled seconds for n bytes, scaled by its measured
+/// ratio when there is a profile.
+template <class S>
+[[nodiscard]] double modelled_seconds(int index, const S& s, const level_shape& shape, std::size_t n_bytes,
+                                      const cost_constants& k, const automatic_profile* profile) {
+    const auto model = [&](std::size_t bytes) { return cost_on(s, shape, bytes, k).seconds(k); };
+    double c = model(n_bytes);
+    if (profile != nullptr) c *= measured_ratio(*profile, index, n_bytes, model);
+    return c;
+}
+
 /// The schedules automatic weighs, built from its options.
 class candidate_set {
 public:

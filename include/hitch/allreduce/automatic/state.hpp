@@ -62,8 +62,8 @@ inline void encode_automatic_state(const automatic_state& s, std::vector<std::by
     const int rows = v1 ? automatic_profile::candidates - 1 : automatic_profile::candidates;
     const auto flags = r.get<std::uint32_t>("the flags");
     const std::size_t constants_bytes = (v1 ? 5 : 7) * sizeof(double);
-    const std::size_t profile_bytes = 2 * sizeof(std::int32_t) + sizeof(double) * automatic_profile::probes *
-                                                                     (1 + static_cast<std::size_t>(rows));
+    const std::size_t profile_bytes =
+        2 * sizeof(std::int32_t) + sizeof(double) * automatic_profile::probes * (1 + static_cast<std::size_t>(rows));
     const std::size_t expected = ((flags & 1u) != 0 ? constants_bytes : 0) + ((flags & 2u) != 0 ? profile_bytes : 0);
     if ((flags & ~3u) != 0 || expected != r.remaining())
         r.fail(hitch::detail::concat("flags 0x", std::hex, flags, std::dec, " need ", expected,
