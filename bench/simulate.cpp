@@ -1,6 +1,7 @@
 // hitch-simulate: hitch's all-reduce schedules on a simulated cluster (comm::simulated), for world sizes and buffer
 // sizes no development machine has, each against its alpha-beta model (the schedule's cost() with the network's
-// alpha and beta, gamma 0: the simulator charges no time for combining).
+// alpha and beta, gamma 0: the simulator charges no time for combining; on --topology nodes, the two-level model
+// with the fabric's alpha and beta inside a machine and the nic's between machines, allreduce/cost.hpp's cost_on).
 //
 //   hitch-simulate --ranks 2,4,...,1024 --bytes 1048576 --schedule ring,rabenseifner --topology single_switch
 //   hitch-simulate --topology nodes --ranks-per-node 8 --intra-gbit 1200 --gbit 50 --compute-ms 100
@@ -115,9 +116,17 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
     for (const auto& l : report.links)  // what left each node through its NIC (topology nodes)
         if (l.name.ends_with(" nic up")) across += static_cast<double>(l.bytes);
     const double step = last - start_s;
-    const hitch::cost_constants k{s.latency_us * 1e-6, 8.0 / (s.gbit * 1e9), 0.0};
-    double model = -1;
-    if constexpr (requires { schedule.cost(p, bytes, k); }) model = schedule.cost(p, bytes, k).seconds(k);
+    hitch::cost_constants k{s.latency_us * 1e-6, 8.0 / (s.gbit * 1e9), 0.0};
+    hitch::node_layout layout;
+    for (int r = 0; r < p; ++r) layout.node_of_rank.push_back(s.topology == "nodes" ? r / s.ranks_per_node : r);
+    layout.nodes = layout.node_of_rank.back() + 1;
+    if (s.topology == "nodes") {
+        k.inter_alpha_s = k.alpha_s;
+        k.inter_beta_s_per_byte = k.beta_s_per_byte;
+        k.alpha_s = s.intra_latency_us * 1e-6;
+        k.beta_s_per_byte = 8.0 / (s.intra_gbit * 1e9);
+    }
+    const double model = ar::cost_on(schedule, ar::level_shape::of(layout), bytes, k).seconds(k);
     std::printf(
         "{\"bench\":\"simulate\",\"topology\":\"%s\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,\"virtual_s\":%.9g,"
         "\"model_s\":%.9g,\"step_s\":%.9g,\"efficiency\":%.6g,\"bytes_per_rank\":%.9g,"

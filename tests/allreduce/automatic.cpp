@@ -275,7 +275,7 @@ TEST_CASE("a damaged automatic state is refused with corrupt_message_error and c
     std::vector<std::byte> newer = blob;
     newer[8] = std::byte{9};
     CHECK(load_error(a, newer) ==
-          "hitch::allreduce::automatic::load_state: written by a newer hitch (format 9, this build reads 1)");
+          "hitch::allreduce::automatic::load_state: written by a newer hitch (format 9, this build reads 1-2)");
     std::vector<std::byte> longer = blob;
     longer.push_back(std::byte{0});
     CHECK(!load_error(a, longer).empty());

@@ -3,11 +3,15 @@
 // alpha-beta-gamma cost model (hitch/allreduce/cost.hpp), each candidate's prediction corrected by its measured
 // time on this communicator: the candidate with the smallest predicted time wins. Candidates: recursive_doubling,
 // ring, rabenseifner, binary_tree, double_binary_tree, parameter_server (one shard per rank, which on a shared
-// address space reads and writes each element once), and the communicator's own all-reduce (native) where it has
-// one and hitch/allreduce/native.hpp is included.
+// address space reads and writes each element once), hierarchical by node where the group's node layout has two
+// levels (more than one node, more than one rank on some node), and the communicator's own all-reduce (native)
+// where it has one and hitch/allreduce/native.hpp is included. On two levels the model weighs each message at its
+// level's constants (cost_on, allreduce/cost.hpp): calibration measures alpha and beta inside a node and between
+// nodes, and the pick is flat or two-level per size.
 //
 // The module (allreduce/automatic/):
-//   constants.hpp      measures alpha, beta, gamma (and native's) once per group
+//   candidates.hpp     the candidates, which run on a layout, their modelled cost there, running one
+//   constants.hpp      measures alpha, beta, gamma (and native's, and between nodes) once per group
 //   profile.hpp        the candidates' times at probe sizes 4 KiB-64 MiB, and the prediction they correct
 //   calibration.hpp    where calibration runs (its own call number and deadline) and its time budget
 //   agreement.hpp      how ranks come to the same measurements and the same decisions
@@ -34,6 +38,7 @@
 // (rerank.hpp says how). The online estimates describe the host's speed at the time and are not in save_state():
 // set rerank = false where a resume must repeat its schedules, and so its sums, bit for bit.
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -46,6 +51,7 @@
 
 #include "hitch/allreduce/automatic/agreement.hpp"
 #include "hitch/allreduce/automatic/calibration.hpp"
+#include "hitch/allreduce/automatic/candidates.hpp"
 #include "hitch/allreduce/automatic/constants.hpp"
 #include "hitch/allreduce/automatic/decisions.hpp"
 #include "hitch/allreduce/automatic/native_candidate.hpp"
@@ -68,6 +74,7 @@
 #include "hitch/concepts/allreduce_schedule.hpp"
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/core/node_layout.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::allreduce {
@@ -89,6 +96,8 @@ public:
         ::hitch::allreduce::double_binary_tree::options_type double_binary_tree{};
         /// The parameter-server candidate is sharded over every rank (servers is capped at the world size).
         ::hitch::allreduce::parameter_server::options_type parameter_server{.servers = 1 << 20};
+        /// The two-level candidate, weighed on layouts of two levels; it groups by node (ranks_per_group 0).
+        automatic_hierarchical::options_type hierarchical{};
         /// Re-rank the candidates online from the measured times of automatic's own calls (see the file comment);
         /// false: the model and the profile pick once per size, and every later call of that size takes the same
         /// schedule. Every rank must pass the same value, as for every field below.
@@ -119,6 +128,9 @@ public:
             binary_tree.validate();
             double_binary_tree.validate();
             parameter_server.validate();
+            hierarchical.validate();
+            option_validator("hitch::allreduce::automatic")
+                .closed("hierarchical.ranks_per_group", hierarchical.ranks_per_group, 0, 0);
         }
 
         friend bool operator==(const options_type&, const options_type&) = default;
@@ -129,24 +141,22 @@ public:
     /// Copies share what they decided (collectives copy the schedule they are given), so save_state() on the
     /// object a trainer keeps sees the decisions of every call made with it.
     automatic() = default;
-    explicit automatic(const options_type& o)
-        : options_(o),
-          ring_(o.ring),
-          recursive_doubling_(o.recursive_doubling),
-          rabenseifner_(o.rabenseifner),
-          binary_tree_(o.binary_tree),
-          double_binary_tree_(o.double_binary_tree),
-          parameter_server_(o.parameter_server) {
-        options_.validate();
-    }
+    explicit automatic(const options_type& o) : options_(o), candidates_(o) { options_.validate(); }
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
 
-    /// The cost of the schedule the model picks.
+    /// The cost of the schedule the model picks for p ranks on one node.
     [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& k) const {
+        return cost(level_shape::one_node(p), n_bytes, k);
+    }
+    /// The same on ranks of a node layout (two levels where it has them).
+    [[nodiscard]] cost_estimate cost(const node_layout& layout, std::size_t n_bytes, const cost_constants& k) const {
+        return cost(level_shape::of(layout), n_bytes, k);
+    }
+    [[nodiscard]] cost_estimate cost(const level_shape& shape, std::size_t n_bytes, const cost_constants& k) const {
         cost_estimate best;
         double best_s = -1;
-        visit_candidates(k, [&](std::string_view, const auto& s) {
-            const cost_estimate c = s.cost(p, n_bytes, k);
+        candidates_.visit(shape, k, [&](int, const auto& s) {
+            const cost_estimate c = cost_on(s, shape, n_bytes, k);
             if (best_s < 0 || c.seconds(k) < best_s) {
                 best = c;
                 best_s = c.seconds(k);
@@ -155,26 +165,32 @@ public:
         return best;
     }
 
-    /// The name of the schedule the model picks for p ranks and n bytes (the first of equally cheap ones, in the
-    /// order of candidate_names); with a profile, each model is first scaled by its measured ratio.
+    /// The name of the schedule the model picks for p ranks (on one node) and n bytes (the first of equally cheap
+    /// ones, in the order of candidate_names); with a profile, each model is first scaled by its measured ratio.
     [[nodiscard]] std::string_view choose(int p, std::size_t n_bytes, const cost_constants& k,
                                           const automatic_profile* profile = nullptr) const {
-        return candidate_names[static_cast<std::size_t>(choose_index(p, n_bytes, k, profile))];
+        return choose(level_shape::one_node(p), n_bytes, k, profile);
+    }
+    /// The same on ranks of a node layout: what a group on a communicator with this layout picks.
+    [[nodiscard]] std::string_view choose(const node_layout& layout, std::size_t n_bytes, const cost_constants& k,
+                                          const automatic_profile* profile = nullptr) const {
+        return choose(level_shape::of(layout), n_bytes, k, profile);
+    }
+    [[nodiscard]] std::string_view choose(const level_shape& shape, std::size_t n_bytes, const cost_constants& k,
+                                          const automatic_profile* profile = nullptr) const {
+        return candidate_names[static_cast<std::size_t>(choose_index(shape, n_bytes, k, profile))];
     }
 
-    /// The candidates in the order choose() weighs them (native last).
-    static constexpr std::array<std::string_view, automatic_profile::candidates> candidate_names{
-        recursive_doubling::name,  ring::name,
-        rabenseifner::name,        binary_tree::name,
-        double_binary_tree::name,  parameter_server::name,
-        std::string_view("native")};
+    /// The candidates in the order choose() weighs them (hierarchical only on two levels, native last).
+    static constexpr std::array<std::string_view, automatic_profile::candidates> candidate_names =
+        detail::candidate_set::names;
 
     template <communicator C, floating_element T>
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
         if (t.size() <= 1) return;
-        pick_plan plan = look_up(t.state(), t.size(), data.size_bytes(), true);
+        pick_plan plan = look_up(t.state(), &t.comm(), t.size(), data.size_bytes(), true);
         if (plan.pick < 0) return calibrate_and_run(t, data, op);
-        if (plan.online == nullptr) return run_candidate(plan.pick, t, data, op);
+        if (plan.online == nullptr) return candidates_.run(plan.pick, t, data, op);
         run_reranked(t, data, op, plan);
     }
 
@@ -215,7 +231,7 @@ public:
     /// take different schedules over time (the same on every rank in each call).
     template <communicator C>
     [[nodiscard]] std::string_view chosen(transport<C>& t, std::size_t n_bytes) const {
-        const int pick = look_up(t.state(), t.size(), n_bytes, false).pick;
+        const int pick = look_up(t.state(), static_cast<C*>(nullptr), t.size(), n_bytes, false).pick;
         return pick < 0 ? std::string_view{} : candidate_names[static_cast<std::size_t>(pick)];
     }
 
@@ -229,7 +245,7 @@ public:
     template <communicator C>
     [[nodiscard]] std::optional<detail::online_ranking::standing> ranking(shared_state<C>& state, int p,
                                                                           std::size_t n_bytes) const {
-        return look_up(state, p, n_bytes, false).standing;
+        return look_up(state, static_cast<C*>(nullptr), p, n_bytes, false).standing;
     }
 
 private:
@@ -259,32 +275,32 @@ private:
         };
         if (plan.step.timed) {
             const auto start = now_on(t.comm());
-            run_candidate(plan.pick, t, data, op);
+            candidates_.run(plan.pick, t, data, op);
             plan.online->note(plan.pick, seconds_since(start));
         } else {
-            run_candidate(plan.pick, t, data, op);
+            candidates_.run(plan.pick, t, data, op);
         }
         if (!plan.step.review) return;
         const detail::review_summary mine = plan.online->summary();
         const auto agreement_start = now_on(t.comm());
-        const detail::review_summary agreed = detail::agree_review_on_call(t, recursive_doubling_, mine);
+        const detail::review_summary agreed = detail::agree_review_on_call(t, candidates_.small_schedule(), mine);
         const double agreement_s = seconds_since(agreement_start);
         std::lock_guard lock(t.state().m);
         plan.online->review(agreed, rerank_settings(), agreement_s);
     }
 
-    /// The model's time of each candidate for p ranks and n bytes, each scaled by its measured ratio when there
-    /// is a profile; -1 for a candidate that cannot run here (native without a native all-reduce).
+    /// The model's time of each candidate on ranks of `shape` and n bytes, each scaled by its measured ratio when
+    /// there is a profile; -1 for a candidate that cannot run here (native without a native all-reduce,
+    /// hierarchical on one level).
     template <communicator C>
-    [[nodiscard]] detail::online_ranking::times predicted_times(int p, std::size_t n_bytes, const cost_constants& k,
+    [[nodiscard]] detail::online_ranking::times predicted_times(const level_shape& shape, std::size_t n_bytes,
+                                                                const cost_constants& k,
                                                                 const automatic_profile* profile) const {
         detail::online_ranking::times out;
         out.fill(-1.0);
-        std::size_t index = 0;
-        visit_candidates(k, [&](std::string_view, const auto& s) {
-            double c = s.cost(p, n_bytes, k).seconds(k);
-            if (profile != nullptr) c *= detail::measured_ratio(*profile, static_cast<int>(index), p, n_bytes, k, s);
-            out[index++] = std::max(c, 0.0);
+        candidates_.visit(shape, k, [&](int index, const auto& s) {
+            out[static_cast<std::size_t>(index)] =
+                std::max(detail::modelled_seconds(index, s, shape, n_bytes, k, profile), 0.0);
         });
         if constexpr (!has_native_allreduce<C>::value) out.back() = -1.0;
         return out;
@@ -312,8 +328,9 @@ private:
     /// The candidate for this call without measuring: a call of a size seen before costs one lock of the group's
     /// state and a scan of the remembered choices (where its online ranking also plans its step); pick -1 when
     /// this call must measure first (nothing measured yet, or the call is larger than the probes so far).
+    /// `comm`: the group's communicator in a call (which reads the node layout on first use), null outside one.
     template <communicator C>
-    [[nodiscard]] pick_plan look_up(shared_state<C>& state, int p, std::size_t n_bytes, bool planning) const {
+    [[nodiscard]] pick_plan look_up(shared_state<C>& state, C* comm, int p, std::size_t n_bytes, bool planning) const {
         if constexpr (exposes_native_handle<C>)
             static_assert(has_native_allreduce<C>::value,
                           "hitch::allreduce::automatic on a communicator with a native handle (comm::mpi) also weighs "
@@ -346,13 +363,13 @@ private:
         }
         if (!options_.constants && !profile) profile = measured_profile(state);
         record_->note(k, profile);
-        return remembered_choice(state, p, n_bytes, k, options_.constants ? nullptr : profile.get(), planning);
+        return remembered_choice(state, comm, p, n_bytes, k, options_.constants ? nullptr : profile.get(), planning);
     }
 
     /// The pick of a call whose size is not remembered yet: weighed now, and remembered (with a new online
     /// ranking when automatic re-ranks) when a call is about to run it.
     template <communicator C>
-    [[nodiscard]] pick_plan remembered_choice(shared_state<C>& state, int p, std::size_t n_bytes,
+    [[nodiscard]] pick_plan remembered_choice(shared_state<C>& state, C* comm, int p, std::size_t n_bytes,
                                               const cost_constants& k, const automatic_profile* profile,
                                               bool planning) const {
         auto slot = state.slots.get_or_make(
@@ -363,7 +380,8 @@ private:
             std::lock_guard lock(state.m);
             if (auto* const d = memo->find(options_, p, n_bytes, k, profile)) return settle(*d, slot, planning);
         }
-        const int pick = choose_index(p, n_bytes, k, profile);
+        const level_shape shape = detail::levels_of(state, comm, p)->shape;
+        const int pick = choose_index(shape, n_bytes, k, profile);
         if (!planning) {
             pick_plan out;
             out.pick = pick;
@@ -371,7 +389,7 @@ private:
         }
         std::unique_ptr<detail::online_ranking> online;
         if (options_.rerank)
-            online = std::make_unique<detail::online_ranking>(predicted_times<C>(p, n_bytes, k, profile), pick);
+            online = std::make_unique<detail::online_ranking>(predicted_times<C>(shape, n_bytes, k, profile), pick);
         std::lock_guard lock(state.m);
         detail::decision<options_type>& d = memo->remember({options_, p, n_bytes, k, profile, pick, std::move(online)});
         return settle(d, std::move(slot), planning);
@@ -392,10 +410,10 @@ private:
                 detail::concat(e.what(), " (calibration_timeout_s = ", options_.calibration_timeout_s, " s)"),
                 e.waited());
         }
-        const int pick = look_up(t.state(), t.size(), data.size_bytes(), false).pick;
+        const int pick = look_up(t.state(), &t.comm(), t.size(), data.size_bytes(), false).pick;
         if (pick < 0) throw config_error("hitch::allreduce::automatic: calibration left nothing to decide with");
         detail::reserved_call(t, detail::after_calibration_slot, caller,
-                              [&](transport<C>& call) { run_candidate(pick, call, data, op); });
+                              [&](transport<C>& call) { candidates_.run(pick, call, data, op); });
     }
 
     /// Measures (collective over t's communicator) what a call of n_bytes needs and keeps it in `state`: the
@@ -409,19 +427,22 @@ private:
             std::lock_guard lock(state.m);
             known = state.constants;
         }
-        const cost_constants k = known ? *known : detail::measure_constants(t);
+        const auto levels = detail::levels_of(state, &t.comm(), t.size());
+        const level_shape& shape = levels->shape;
+        const cost_constants k = known ? *known : detail::measure_constants(t, levels->layout);
         std::shared_ptr<automatic_profile> base = known ? measured_profile(state) : nullptr;
         if (!base) base = std::make_shared<automatic_profile>();
         const int upto = std::max(known ? 0 : automatic_profile::first_probes, base->probes_for(n_bytes));
-        constexpr int candidates = has_native_allreduce<C>::value ? 7 : 6;
-        const int p = t.size();
+        const std::vector<int> timed = detail::candidate_set::timed<C>(shape);
         auto prof = std::make_shared<automatic_profile>(detail::time_probes(
-            t, *base, upto, candidates, budget_end,
-            [&](int c, std::span<float> probe) { run_candidate(c, t, probe, reduce_op::sum); },
+            t, *base, upto, timed, budget_end,
+            [&](int c, std::span<float> probe) { candidates_.run(c, t, probe, reduce_op::sum); },
             [&](std::size_t bytes) {
                 double s = 0;
-                visit_candidates(
-                    k, [&](std::string_view, const auto& schedule) { s += schedule.cost(p, bytes, k).seconds(k); });
+                candidates_.visit(shape, k, [&](int c, const auto& schedule) {
+                    if (std::find(timed.begin(), timed.end(), c) != timed.end())
+                        s += cost_on(schedule, shape, bytes, k).seconds(k);
+                });
                 return s;
             }));
         std::lock_guard lock(state.m);
@@ -453,71 +474,23 @@ private:
         state.slots.erase(detail::automatic_decisions_slot);
     }
 
-    template <communicator C, floating_element T>
-    void run_candidate(int pick, transport<C>& t, std::span<T> data, reduce_op op) const {
-        switch (pick) {
-            case 0:
-                return recursive_doubling_.run(t, data, op);
-            case 1:
-                return ring_.run(t, data, op);
-            case 2:
-                return rabenseifner_.run(t, data, op);
-            case 3:
-                return binary_tree_.run(t, data, op);
-            case 4:
-                return double_binary_tree_.run(t, data, op);
-            case 5:
-                return parameter_server_.run(t, data, op);
-            default:
-                break;
-        }
-        if constexpr (has_native_allreduce<C>::value) {
-            return typename detail::native_for<C>::type{}.run(t, data, op);
-        }
-        throw config_error("hitch::allreduce::automatic: the model picked native, which this communicator lacks");
-    }
-
     /// Index into candidate_names of the cheapest candidate (the first of equally cheap ones).
-    [[nodiscard]] int choose_index(int p, std::size_t n_bytes, const cost_constants& k,
+    [[nodiscard]] int choose_index(const level_shape& shape, std::size_t n_bytes, const cost_constants& k,
                                    const automatic_profile* profile) const {
-        int best = 0, index = 0;
+        int best = 0;
         double best_s = -1;
-        visit_candidates(k, [&](std::string_view, const auto& s) {
-            double c = s.cost(p, n_bytes, k).seconds(k);
-            if (profile != nullptr) c *= detail::measured_ratio(*profile, index, p, n_bytes, k, s);
+        candidates_.visit(shape, k, [&](int index, const auto& s) {
+            const double c = detail::modelled_seconds(index, s, shape, n_bytes, k, profile);
             if (best_s < 0 || c < best_s) {
                 best = index;
                 best_s = c;
             }
-            ++index;
         });
         return best;
     }
 
-    template <class F>
-    void visit_candidates(const cost_constants& k, F&& f) const {
-        f(recursive_doubling::name, recursive_doubling_);
-        f(ring::name, ring_);  // before rabenseifner: on a tie (p = 2) the wavefront ring overlaps its two phases
-        f(rabenseifner::name, rabenseifner_);
-        f(binary_tree::name, binary_tree_);
-        f(double_binary_tree::name, double_binary_tree_);
-        f(parameter_server::name, parameter_server_);
-        if (k.has_native()) f(std::string_view("native"), native_model{});
-    }
-    /// The native all-reduce as measured.
-    struct native_model {
-        [[nodiscard]] cost_estimate cost(int p, std::size_t n, const cost_constants& k) const {
-            return native_cost(p, n, k);
-        }
-    };
-
     options_type options_{};
-    ring ring_{};
-    recursive_doubling recursive_doubling_{};
-    rabenseifner rabenseifner_{};
-    binary_tree binary_tree_{};
-    double_binary_tree double_binary_tree_{};
-    parameter_server parameter_server_{parameter_server::options_type{.servers = 1 << 20}};
+    detail::candidate_set candidates_{};
     detail::record_handle record_;
 };
 

@@ -79,7 +79,7 @@ public:
           group_(comm),
           weights_(dev, agreed_layers(control_, std::move(layers))),
           buckets_(group_, options_.compressor, weights_.layers(), options_.bucket_bytes, options_.check_collectives,
-                   options_.timeline),
+                   options_.timeline, nodes_),
           policy_(options_.sync),
           timeline_(options_.timeline),
           pipeline_([this](std::size_t b) { run_bucket(b); }) {

@@ -22,6 +22,7 @@
 
 #include "hitch/allreduce/binary_tree.hpp"
 #include "hitch/allreduce/collectives.hpp"
+#include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/group.hpp"
 #include "hitch/allreduce/partition.hpp"
 #include "hitch/amp/nonfinite.hpp"
@@ -31,6 +32,7 @@
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/layer.hpp"
+#include "hitch/core/node_layout.hpp"
 #include "hitch/core/tensor.hpp"
 #include "hitch/exchange/aggregate.hpp"
 #include "hitch/optim/sharded.hpp"
@@ -53,10 +55,12 @@ public:
         amp::detail::nonfinite_report report{};
     };
 
-    /// `group` and `layers` must outlive the exchange.
+    /// `group` and `layers` must outlive the exchange; `nodes` is the group's node layout (what the bytes sent are
+    /// counted on: hierarchical's depend on it).
     gradient_exchange(allreduce::group<C>& group, const X& codec, std::span<const hitch::layer> layers,
-                      std::size_t bucket_bytes, bool check_collectives, timeline* trace_to)
+                      std::size_t bucket_bytes, bool check_collectives, timeline* trace_to, const node_layout& nodes)
         : group_(group),
+          shape_(allreduce::level_shape::of(nodes)),
           codec_(codec),
           layers_(layers),
           plan_(plan_buckets(layers, bucket_bytes)),
@@ -113,7 +117,8 @@ public:
         if (data.empty()) return;
         allreduce::allreduce(group_, data, allreduce::reduce_op::average, schedule, call_);
         const allreduce::cost_constants k = group_.constants().value_or(allreduce::cost_constants{});
-        bytes_sent_ += static_cast<std::uint64_t>(schedule.cost(group_.size(), data.size_bytes(), k).sent_bytes);
+        bytes_sent_ +=
+            static_cast<std::uint64_t>(allreduce::cost_on(schedule, shape_, data.size_bytes(), k).sent_bytes);
     }
 
     /// Copies the layers' gradients out of bucket b after its exchange (after a reduce-scatter: this rank's block).
@@ -233,6 +238,7 @@ private:
     }
 
     allreduce::group<C>& group_;
+    allreduce::level_shape shape_;
     allreduce::call_options call_{};
     X codec_;
     std::span<const hitch::layer> layers_;

@@ -27,6 +27,8 @@ template <class C>
         k.gamma_s_per_byte = std::max(k.gamma_s_per_byte, o.gamma_s_per_byte);
         k.native_alpha_s = std::max(k.native_alpha_s, o.native_alpha_s);
         k.native_beta_s_per_byte = std::max(k.native_beta_s_per_byte, o.native_beta_s_per_byte);
+        k.inter_alpha_s = std::max(k.inter_alpha_s, o.inter_alpha_s);
+        k.inter_beta_s_per_byte = std::max(k.inter_beta_s_per_byte, o.inter_beta_s_per_byte);
     }
     return k;
 }

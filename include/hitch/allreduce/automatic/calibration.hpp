@@ -37,13 +37,15 @@ void reserved_call(transport<C>& t, std::uint64_t slot, seconds_f timeout, Body&
 }
 
 /// `base` with the candidates timed at the probes from base.measured up to `upto` (collective; the result is the
-/// same on every rank). `run(c, span)` runs candidate c once on the span; `model(bytes)` is the modelled time of
-/// one run of every candidate (one round). The budget is spent the same way on every rank: before a probe's
-/// uncounted round, all ranks decide together whether it fits (predicted from the previous probe's round, scaled
-/// by the model); after it, they agree on the slowest rank's round time and the least budget left, and each
-/// takes as many counted rounds as fit (at most the tuned best-of-N). The first probe cut short ends the probes.
+/// same on every rank). `which` lists the candidates to time; `run(c, span)` runs candidate c once on the span;
+/// `model(bytes)` is the modelled time of one run of each of them (one round). The budget is spent the same way on
+/// every rank: before a probe's uncounted round, all ranks decide together whether it fits (predicted from the previous
+/// probe's round, scaled by the model); after it, they agree on the slowest rank's round time and the least budget
+/// left, and each takes as many counted rounds as fit (at most the tuned best-of-N). The first probe cut short ends the
+/// probes.
 template <communicator C, class Run, class Model>
-[[nodiscard]] automatic_profile time_probes(transport<C>& t, const automatic_profile& base, int upto, int candidates,
+[[nodiscard]] automatic_profile time_probes(transport<C>& t, const automatic_profile& base, int upto,
+                                            std::span<const int> which,
                                             std::chrono::steady_clock::time_point budget_end, Run&& run,
                                             Model&& model) {
     const auto left = [&] { return std::chrono::duration<double>(budget_end - now_on(t.comm())).count(); };
@@ -62,7 +64,7 @@ template <communicator C, class Run, class Model>
         auto& times = prof.seconds;
         // One round of every candidate: interleaved, so a burst of load does not fall on one candidate only.
         const auto round = [&](bool counted, bool first) {
-            for (int c = 0; c < candidates; ++c) {
+            for (const int c : which) {
                 const std::size_t mark = t.scratch_mark();
                 const auto start = now_on(t.comm());
                 run(c, probe);

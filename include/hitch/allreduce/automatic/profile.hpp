@@ -19,8 +19,8 @@ namespace hitch::allreduce {
 struct automatic_profile {
     static constexpr int probes = tuning::probes;              // 4 KiB, 16 KiB, ... 64 MiB
     static constexpr int first_probes = tuning::first_probes;  // measured by the first call: up to 16 MiB
-    static constexpr int candidates = 7;  // recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree,
-                                          // parameter_server, native
+    static constexpr int candidates = 8;  // recursive_doubling, ring, rabenseifner, binary_tree, double_binary_tree,
+                                          // parameter_server, hierarchical (by node), native
     std::array<double, probes> bytes{};
     std::array<std::array<double, probes>, candidates> seconds{};  // 0: not measured (native unavailable)
     std::int32_t measured = 0;                                     // probes measured: bytes[0, measured)
@@ -50,15 +50,15 @@ static_assert(std::is_trivially_copyable_v<automatic_profile> &&
 
 namespace detail {
 
-/// Measured over modelled time for candidate `c` (schedule `s`) at n bytes: interpolated in log(n) between the
-/// two probes around n, held constant beyond the first and last probe. 1 when the candidate was not measured.
-template <class S>
-[[nodiscard]] double measured_ratio(const automatic_profile& prof, int c, int p, std::size_t n, const cost_constants& k,
-                                    const S& s) {
+/// Measured over modelled time for candidate `c` at n bytes, `model(bytes)` being its modelled seconds:
+/// interpolated in log(n) between the two probes around n, held constant beyond the first and last probe. 1 when
+/// the candidate was not measured.
+template <class Model>
+[[nodiscard]] double measured_ratio(const automatic_profile& prof, int c, std::size_t n, Model&& model) {
     const auto& times = prof.seconds[static_cast<std::size_t>(c)];
     const auto ratio_at = [&](std::size_t i) {
-        const double model = s.cost(p, static_cast<std::size_t>(prof.bytes[i]), k).seconds(k);
-        return model > 0 && times[i] > 0 ? times[i] / model : 1.0;
+        const double modelled = model(static_cast<std::size_t>(prof.bytes[i]));
+        return modelled > 0 && times[i] > 0 ? times[i] / modelled : 1.0;
     };
     const double x = static_cast<double>(std::max<std::size_t>(n, 1));
     const std::size_t last = static_cast<std::size_t>(std::max<int>(prof.measured, 1)) - 1;
