@@ -102,7 +102,7 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
     app.add_option("--checkpoint", c.checkpoint,
                    "Write a checkpoint after every epoch (prefix; one file per rank; {node}: the rank's node)");
     add_whole<std::size_t>(app, "--checkpoint-every", c.checkpoint_every,
-                           "Also checkpoint every N optimizer steps, to <checkpoint>.step<S>, keeping the two newest",
+                           "Also checkpoint every N optimizer steps, to <checkpoint>.step<S>, keeping the three newest",
                            0, std::size_t{1} << 40);
     app.add_option("--resume", c.resume,
                    "Resume from a checkpoint prefix written by --checkpoint ({node} as there); auto: from the newest "

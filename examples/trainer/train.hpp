@@ -66,7 +66,8 @@ struct train_config {
     // files
     std::string checkpoint;
     /// Also checkpoint every this many optimizer steps (0: at the end of each epoch only). Then each save is its own
-    /// set, "<checkpoint>.step<S>", and the two newest are kept.
+    /// set, "<checkpoint>.step<S>", and the three newest are kept (after a kill during a save, when one rank may be a
+    /// set ahead, at least two are then common to every rank).
     std::size_t checkpoint_every = 0;
     std::string resume;  // a prefix, or "auto": the newest usable set under --checkpoint (none: start afresh)
     std::string metrics;

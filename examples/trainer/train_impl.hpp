@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <filesystem>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -232,9 +232,8 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
         std::vector<std::string> candidates;
         for (auto it = mine.rbegin(); it != mine.rend(); ++it) {
             if (*it == 0) continue;
-            if (std::all_of(lists.begin(), lists.end(), [&](const auto& l) {
-                    return std::find(l.begin(), l.end(), *it) != l.end();
-                }))
+            if (std::all_of(lists.begin(), lists.end(),
+                            [&](const auto& l) { return std::find(l.begin(), l.end(), *it) != l.end(); }))
                 candidates.push_back(step_prefix(config.checkpoint, *it));
         }
         candidates.push_back(config.checkpoint);
@@ -244,13 +243,18 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             if (hitch::comm::any_of(workers, !there)) continue;
             try {
                 first_epoch = restore_from(prefix);
-                if (rank == 0) std::printf("--resume auto: from %s (step %llu)\n", prefix.c_str(),
-                                           static_cast<unsigned long long>(dp.step_index()));
+                if (rank == 0)
+                    std::printf("--resume auto: from %s (step %llu)\n", prefix.c_str(),
+                                static_cast<unsigned long long>(dp.step_index()));
                 resumed = true;
                 break;
             } catch (const hitch::error& e) {
-                if (rank == 0) std::printf("--resume auto: %s is unusable, trying an older one: %s\n", prefix.c_str(),
-                                           e.what());
+                // Rank 0 says why; a rank whose own file failed also says so (the others only learn that it did).
+                const bool own = dynamic_cast<const hitch::train::checkpoint_set_error*>(&e) == nullptr &&
+                                 dynamic_cast<const hitch::mismatch_error*>(&e) == nullptr;
+                if (rank == 0 || own)
+                    std::printf("--resume auto: %s is unusable, trying an older one: %s%s\n", prefix.c_str(),
+                                rank == 0 ? "" : ("rank " + std::to_string(rank) + ": ").c_str(), e.what());
             }
         }
         if (!resumed && rank == 0)
@@ -361,7 +365,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             if (metrics_file.is_open()) metrics.write(m);
             if (config.checkpoint_every != 0 && (m.step + 1) % config.checkpoint_every == 0) {
                 save_to(step_prefix(config.checkpoint, m.step + 1));
-                prune_own_checkpoints(config.checkpoint, 2, file_of);
+                prune_own_checkpoints(config.checkpoint, 3, file_of);
             }
             bar.step(epoch, step_in_epoch, loss_sum / static_cast<double>(micro_batches),
                      static_cast<double>(correct) / static_cast<double>(std::max<std::size_t>(seen, 1)),
@@ -374,7 +378,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
         if (config.checkpoint_every != 0) {
             // The epoch's end (again when its last step has just saved: the sampler has moved on to the next epoch).
             save_to(step_prefix(config.checkpoint, dp.step_index()));
-            prune_own_checkpoints(config.checkpoint, 2, file_of);
+            prune_own_checkpoints(config.checkpoint, 3, file_of);
         } else if (!config.checkpoint.empty()) {
             save_to(config.checkpoint);
         }

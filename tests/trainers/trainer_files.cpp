@@ -5,6 +5,8 @@
 //   trainer_files damage SRC DST AT   SRC with the 16 bytes from offset AT inverted
 //   trainer_files inflated FILE       how many bytes zlib decompresses from FILE before it ends or fails
 //   trainer_files relative A B        |A - B| / max(|A|, |B|) (0 when both are 0), for if(... LESS ...)
+//   trainer_files section FILE NAME   the CRC32C and size of section NAME of checkpoint FILE (two runs' parameters
+//                                     compare equal exactly when these do, short of a CRC collision)
 #include <zlib.h>
 
 #include <algorithm>
@@ -18,6 +20,9 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "hitch/core/crc32c.hpp"
+#include "hitch/train/checkpoint.hpp"
 
 namespace {
 
@@ -90,8 +95,20 @@ int main(int argc, char** argv) {
         std::printf("%.17g\n", scale == 0.0 ? 0.0 : std::fabs(a - b) / scale);
         return 0;
     }
+    if (what == "section" && argc == 4) {
+        try {
+            const hitch::train::checkpoint_reader r(argv[2]);
+            const auto bytes = r.section(argv[3]);
+            std::printf("%08x %zu\n", static_cast<unsigned>(hitch::crc32c_of(bytes)), bytes.size());
+            return 0;
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "%s\n", e.what());
+            return 1;
+        }
+    }
     std::fprintf(stderr,
-                 "usage: %s cifar DIR RECORDS | cut SRC DST BYTES | damage SRC DST AT | inflated FILE | relative A B\n",
+                 "usage: %s cifar DIR RECORDS | cut SRC DST BYTES | damage SRC DST AT | inflated FILE | relative A B "
+                 "| section FILE NAME\n",
                  argv[0]);
     return 2;
 }

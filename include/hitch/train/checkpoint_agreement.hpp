@@ -20,6 +20,16 @@
 #include "hitch/core/error.hpp"
 #include "hitch/train/engine_checkpoint.hpp"
 
+namespace hitch::train {
+
+/// A load refused because another rank could not read its checkpoint file (that rank throws its own error).
+class checkpoint_set_error : public error {
+public:
+    using error::error;
+};
+
+}  // namespace hitch::train
+
 namespace hitch::train::detail {
 
 /// Collective: the generation of a save every rank takes part in (rank 0's draw; never 0, which marks files
@@ -65,8 +75,8 @@ struct file_verdict {
 
 /// Collective: every rank reports whether it could read and check its file (`own` holds why not) and what the file
 /// holds. Throws on every rank before anything is loaded when some rank could not read its file (that rank its own
-/// error, the others an error naming it) or when the files are from different saves (mismatch_error naming the
-/// ranks and the step and save each holds).
+/// error, the others checkpoint_set_error naming it) or when the files are from different saves (mismatch_error naming
+/// the ranks and the step and save each holds).
 template <communicator C>
 void agree_on_files(C& comm, const std::string& prefix, const checkpoint_position& mine, std::exception_ptr own) {
     const std::vector<file_verdict> all =
@@ -77,9 +87,10 @@ void agree_on_files(C& comm, const std::string& prefix, const checkpoint_positio
     for (std::size_t r = 0; r < all.size(); ++r)
         if (all[r].readable == 0) unreadable += (count++ == 0 ? "" : ", ") + std::to_string(r);
     if (count > 0)
-        throw error(concat("hitch::data_parallel::load: ", prefix, ": rank", count > 1 ? "s " : " ", unreadable,
-                           " could not load ", count > 1 ? "their files (see their" : "its file (see its",
-                           " own message); nothing was loaded on any rank"));
+        throw checkpoint_set_error(concat("hitch::data_parallel::load: ", prefix, ": rank", count > 1 ? "s " : " ",
+                                          unreadable, " could not load ",
+                                          count > 1 ? "their files (see their" : "its file (see its",
+                                          " own message); nothing was loaded on any rank"));
     for (const file_verdict& v : all)
         if (!(v.position == all.front().position))
             throw mismatch_error(concat("hitch::data_parallel::load: ", prefix,
