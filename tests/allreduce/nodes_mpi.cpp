@@ -41,10 +41,14 @@ int world_size() {
 /// The emulated layouts run at this world size: k nodes.
 std::vector<int> node_counts() {
     switch (world_size()) {
-        case 4: return {2};
-        case 5: return {3};
-        case 6: return {2, 3};
-        default: return {2};
+        case 4:
+            return {2};
+        case 5:
+            return {3};
+        case 6:
+            return {2, 3};
+        default:
+            return {2};
     }
 }
 
@@ -78,7 +82,8 @@ void against_mpi(group<mpi>& g, const Schedule& schedule, const call_options& op
     const int me = g.rank();
     for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{70001}}) {
         std::vector<float> data(n);
-        for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(me) * 13) % 101);
+        for (std::size_t i = 0; i < n; ++i)
+            data[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(me) * 13) % 101);
         std::vector<float> want = data;
         allreduce(g, hitch::view(data), reduce_op::sum, schedule, options);
         MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -115,7 +120,8 @@ void every_layout(const Schedule& schedule) {
 /// for the first n mod p).
 std::uint64_t ring_bytes(int r, int p, std::size_t n, std::size_t width) {
     const auto chunk = [&](int i) {
-        return n / static_cast<std::size_t>(p) + (static_cast<std::size_t>(i) < n % static_cast<std::size_t>(p) ? 1 : 0);
+        return n / static_cast<std::size_t>(p) +
+               (static_cast<std::size_t>(i) < n % static_cast<std::size_t>(p) ? 1 : 0);
     };
     return (2 * n - chunk(r) - chunk((r + 1) % p)) * width;
 }
@@ -214,7 +220,9 @@ TEST_CASE("nodes: no mapping spans two nodes; each node has its own pipes; /dev/
             call_descriptor d;
             d.operation = static_cast<std::uint8_t>(operation::allreduce);
             d.set_schedule("nodes-test");
-            g.run(o, [&] { return d; }, [&](transport<mpi>& t, const call_descriptor&) { node_staged = t.node_staged(); });
+            g.run(
+                o, [&] { return d; },
+                [&](transport<mpi>& t, const call_descriptor&) { node_staged = t.node_staged(); });
             o.shared_memory = false;
             g.run(o, [&] { return d; }, [&](transport<mpi>& t, const call_descriptor&) { plain = t.node_staged(); });
             REQUIRE(everywhere(node_staged == (local > 1) && !plain));
@@ -249,8 +257,8 @@ TEST_CASE("nodes: the bytes each rank sends across nodes follow the schedule's f
                 const auto sent = comm.traffic_across_nodes();
                 const bool crosses = node[static_cast<std::size_t>(me)] != node[static_cast<std::size_t>((me + 1) % p)];
                 const std::uint64_t want = crosses ? ring_bytes(me, p, n, sizeof(float)) : 0;
-                INFO("ring, nodes " << k << ", shared memory " << shared << ", n = " << n << ", rank " << me
-                                    << " sent " << sent.bytes << " bytes across, want " << want);
+                INFO("ring, nodes " << k << ", shared memory " << shared << ", n = " << n << ", rank " << me << " sent "
+                                    << sent.bytes << " bytes across, want " << want);
                 REQUIRE(everywhere(sent.bytes == want && (sent.messages > 0) == crosses));
                 if (n == 1000 * static_cast<std::size_t>(p) && crosses)
                     REQUIRE(sent.bytes == 2 * (static_cast<std::uint64_t>(p) - 1) * n * sizeof(float) /
@@ -296,7 +304,8 @@ TEST_CASE("nodes: collectives", "[allreduce][mpi][nodes]") {
             INFO("nodes " << k << ", shared memory " << shared);
             bool ok = true;
             std::vector<float> v(10007);
-            for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i + static_cast<std::size_t>(me)) % 13);
+            for (std::size_t i = 0; i < v.size(); ++i)
+                v[i] = static_cast<float>((i + static_cast<std::size_t>(me)) % 13);
             auto want = v;
             MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(want.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             (void)reduce_scatter(g, hitch::view(v), reduce_op::sum, o);
@@ -307,7 +316,8 @@ TEST_CASE("nodes: collectives", "[allreduce][mpi][nodes]") {
             for (double x : b) ok = ok && x == 2.5;
             std::vector<float> r(3000, static_cast<float>(me + 1));
             reduce(g, hitch::view(r), reduce_op::sum, 1, ring{}, o);
-            for (float x : r) ok = ok && x == (me == 1 ? static_cast<float>(p * (p + 1) / 2) : static_cast<float>(me + 1));
+            for (float x : r)
+                ok = ok && x == (me == 1 ? static_cast<float>(p * (p + 1) / 2) : static_cast<float>(me + 1));
             std::vector<std::byte> mine(static_cast<std::size_t>(100 * me + 1), static_cast<std::byte>(me));
             const byte_blocks blobs = allgather_bytes(g, std::span<const std::byte>(mine), o);
             for (int q = 0; q < p; ++q) {

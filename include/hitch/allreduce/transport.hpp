@@ -13,9 +13,9 @@
 // call_options::shared_memory: direct (shares_address_space<C>, e.g. comm::local: the receiver reads the sender's
 // memory in place), staged (maps_node_memory<C> with every rank on one node, e.g. comm::mpi: pipes in shared
 // memory), node (ranks on several nodes: the staged path's pipes with the peers of this rank's node, messages
-// with the others), or message (every communicator: messages carry the data). The transport holds exactly one path, in a
-// variant of only the paths C can take; the pipelined helpers dispatch once per call and then run on the path's
-// own operations, so nothing per piece pays for the choice.
+// with the others), or message (every communicator: messages carry the data). The transport holds exactly one path, in
+// a variant of only the paths C can take; the pipelined helpers dispatch once per call and then run on the path's own
+// operations, so nothing per piece pays for the choice.
 
 #include <algorithm>
 #include <chrono>
@@ -59,8 +59,7 @@ namespace detail {
 template <class C>
 using paths_of = std::conditional_t<
     shares_address_space<C>,
-    std::conditional_t<maps_node_memory<C>,
-                       std::variant<message_path<C>, direct_path<C>, staged_path, node_path<C>>,
+    std::conditional_t<maps_node_memory<C>, std::variant<message_path<C>, direct_path<C>, staged_path, node_path<C>>,
                        std::variant<message_path<C>, direct_path<C>>>,
     std::conditional_t<maps_node_memory<C>, std::variant<message_path<C>, staged_path, node_path<C>>,
                        std::variant<message_path<C>>>>;

@@ -61,7 +61,6 @@ struct mpi_options {
     }
 };
 
-
 /// RAII for MPI_Init_thread / MPI_Finalize. A no-op when MPI was already initialised by the user (then the user
 /// finalises it). Asks for MPI_THREAD_MULTIPLE, which hitch's non-blocking collectives need.
 class mpi_environment {

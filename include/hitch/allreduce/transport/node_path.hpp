@@ -143,15 +143,14 @@ public:
 
     private:
         friend class node_path;
-        std::variant<std::monostate, staged_path::template incoming<T>, typename remote_path::template incoming<T>>
-            op_;
+        std::variant<std::monostate, staged_path::template incoming<T>, typename remote_path::template incoming<T>> op_;
         node_path* path_ = nullptr;
     };
 
     /// Starts call `sequence` on `engine`, the pipes among this rank's node; `local_of[r]` is rank r's place among
     /// the node's `local_size` ranks (-1 on another node).
-    node_path(C& comm, detail::pipes& engine, const std::vector<int>& local_of, std::uint64_t sequence,
-              int local_size, std::chrono::nanoseconds local_spin, std::chrono::nanoseconds remote_spin)
+    node_path(C& comm, detail::pipes& engine, const std::vector<int>& local_of, std::uint64_t sequence, int local_size,
+              std::chrono::nanoseconds local_spin, std::chrono::nanoseconds remote_spin)
         : comm_(comm),
           engine_(engine),
           local_of_(local_of),
@@ -172,7 +171,8 @@ public:
     }
     template <element_type T>
     [[nodiscard]] incoming<T> receive(int peer, int channel, int tag, std::size_t count, std::span<T> slot) {
-        return route<T>(peer, [&](auto& half, int to) { return half.template receive<T>(to, channel, tag, count, slot); });
+        return route<T>(peer,
+                        [&](auto& half, int to) { return half.template receive<T>(to, channel, tag, count, slot); });
     }
     template <element_type T>
     [[nodiscard]] incoming<T> receive_into(int peer, int channel, int tag, std::span<T> dst) {

@@ -33,7 +33,8 @@ namespace detail {
     char* end = nullptr;
     const long value = std::strtol(text, &end, 10);
     const option_validator check("hitch: environment variable");
-    if (end == text || *end != '\0') check.fail("HITCH_EMULATE_NODES", std::string(text), "a whole number of nodes >= 1");
+    if (end == text || *end != '\0')
+        check.fail("HITCH_EMULATE_NODES", std::string(text), "a whole number of nodes >= 1");
     if (value < 1 || value > (1L << 20)) check.fail("HITCH_EMULATE_NODES", value, "[1, world size] nodes");
     return static_cast<int>(value);
 }
