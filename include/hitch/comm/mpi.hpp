@@ -1,6 +1,6 @@
 #pragma once
-// hitch::comm::mpi: the communicator interface over MPI. With comm/detail/mpi_receiver.hpp, the only hitch headers
-// that include <mpi.h>: everything that calls MPI (requests, probes, splits, node layout, node memory) lives here.
+// hitch::comm::mpi: the communicator interface over MPI: requests, probes, splits, the node layout and node memory
+// (the matching of receives is in comm/detail/mpi_receiver.hpp, the emulated nodes in comm/detail/node_emulation.hpp).
 //
 // The user's communicator is duplicated at construction, so hitch's traffic never mixes with the user's; errors
 // are returned (MPI_ERRORS_RETURN), not fatal, and become comm_error with MPI's error string. Blocking calls poll
