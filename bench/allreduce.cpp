@@ -27,7 +27,8 @@
 // impl is a schedule's name, mpi_allreduce, gloo_ring_chunked, gloo_halving_doubling or bound. nodes and
 // ranks_per_node are comm::mpi's node layout (emulated under HITCH_EMULATE_NODES=k); cross_node_bytes is what one
 // call sent to ranks on other nodes, the most any rank sent (counted by comm::mpi in the verification call), or
-// null for impls that do not send through it (MPI_Allreduce, native, Gloo and the bound do not see the emulation).
+// null for impls that do not send through it (MPI_Allreduce, native, Gloo and the bound do not see the emulation;
+// automatic's count leaves out a call it hands to native).
 //
 // Emulated nodes (the multi-node paths on one machine: shared memory inside each node, messages between them):
 //   HITCH_EMULATE_NODES=2 mpiexec -n 4 hitch-bench-allreduce --only ring,hierarchical,automatic,mpi_allreduce
