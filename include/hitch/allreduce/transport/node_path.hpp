@@ -205,8 +205,9 @@ private:
         return op;
     }
 
-    /// While waiting on one half, keep the other moving (see the file comment). A probe is the communicator's way
-    /// to progress without a request of its own; it is taken every few polls, the pipes on every poll.
+    /// While waiting on one half, keep the other moving (see the file comment). A probe moves the communicator
+    /// without a request of its own (comm::mpi matches its pending receives and enters MPI's progress engine); it
+    /// is taken every few polls, the pipes on every poll.
     void progress_other(bool waiting_on_pipes) {
         if (waiting_on_pipes)
             progress_remote();
