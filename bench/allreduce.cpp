@@ -22,8 +22,17 @@
 // Every impl's result is verified on every rank against the exact sum before the figures are printed.
 //
 // --json prints one object per line:
-//   {"bench":"allreduce","comm":"mpi","impl":"ring","ranks":2,"bytes":67108864,"median_us":...,"algbw_GBs":...}
-// impl is a schedule's name, mpi_allreduce, gloo_ring_chunked, gloo_halving_doubling or bound. Ratios, the check's
+//   {"bench":"allreduce","comm":"mpi","impl":"ring","ranks":4,"nodes":2,"ranks_per_node":[2,2],"bytes":67108864,
+//    "median_us":...,"algbw_GBs":...,"cross_node_bytes":50331648}
+// impl is a schedule's name, mpi_allreduce, gloo_ring_chunked, gloo_halving_doubling or bound. nodes and
+// ranks_per_node are comm::mpi's node layout (emulated under HITCH_EMULATE_NODES=k); cross_node_bytes is what one
+// call sent to ranks on other nodes, the most any rank sent (counted by comm::mpi in the verification call), or
+// null for impls that do not send through it (MPI_Allreduce, native, Gloo and the bound do not see the emulation;
+// automatic's count leaves out a call it hands to native).
+//
+// Emulated nodes (the multi-node paths on one machine: shared memory inside each node, messages between them):
+//   HITCH_EMULATE_NODES=2 mpiexec -n 4 hitch-bench-allreduce --only ring,hierarchical,automatic,mpi_allreduce
+// hierarchical then groups the ranks of a node (ranks_per_group = the most ranks on a node). Ratios, the check's
 // cost, automatic's online ranking at each size and the machine go to stderr in that mode, to stdout otherwise.
 
 #include <mpi.h>
@@ -85,13 +94,17 @@ struct world {
     std::function<void()> barrier;
     std::function<double(double)> max_over_ranks;
     std::function<bool(bool)> all_true;
+    /// Bytes this rank has sent to other nodes since the last reset (0 where every rank shares one node).
+    std::function<double()> cross_node_bytes = [] { return 0.0; };
+    std::function<void()> reset_cross_node_bytes = [] {};
 };
 
 struct impl {
     std::string name;
     std::function<void(std::span<float>)> run;  // one all-reduce (sum) of the buffer, in place
     bool is_bound = false;
-    int phase = 0;  // impls of one phase are interleaved; phases run one after the other
+    int phase = 0;         // impls of one phase are interleaved; phases run one after the other
+    bool counted = false;  // sends through the communicator, which counts the bytes that cross nodes
 };
 
 struct figure {
@@ -99,6 +112,7 @@ struct figure {
     std::size_t bytes = 0;
     double median_us = 0;
     double algbw = 0;
+    double cross_node_bytes = -1;  // per call, the most any rank sent to other nodes; < 0: not counted
 };
 
 double median(std::vector<double> v) {
@@ -160,13 +174,20 @@ std::vector<figure> measure(const world& w, const settings& s, std::vector<impl>
     return out;
 }
 
-/// Runs each all-reduce once on exact inputs and compares with the exact sum on every rank.
-bool verify(const world& w, std::vector<impl>& impls, std::span<float> buffer, std::string& failure) {
+/// Runs each all-reduce once on exact inputs and compares with the exact sum on every rank; notes in `figures` the
+/// bytes that call sent across nodes (the most any rank sent).
+bool verify(const world& w, std::vector<impl>& impls, std::span<float> buffer, std::vector<figure>& figures,
+            std::string& failure) {
     bool all_ok = true;
-    for (auto& im : impls) {
+    for (std::size_t k = 0; k < impls.size(); ++k) {
+        auto& im = impls[k];
         if (im.is_bound) continue;
         for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = exact_input(w.rank, i);
+        w.barrier();
+        w.reset_cross_node_bytes();
         im.run(buffer);
+        const double crossed = w.max_over_ranks(w.cross_node_bytes());
+        if (im.counted) figures[k].cross_node_bytes = crossed;
         bool ok = true;
         for (std::size_t i = 0; i < buffer.size() && ok; ++i) {
             float want = 0;
@@ -183,25 +204,30 @@ bool verify(const world& w, std::vector<impl>& impls, std::span<float> buffer, s
     return all_ok;
 }
 
-/// The hitch schedules, each on the group with the agreement check off.
+/// The hitch schedules, each on the group with the agreement check off. hierarchical groups the ranks of a node
+/// when there are several nodes (`ranks_per_node`: the most ranks on one node; 0 for one node).
 template <class C>
-void add_hitch(std::vector<impl>& impls, const settings& s, ar::group<C>& g) {
+void add_hitch(std::vector<impl>& impls, const settings& s, ar::group<C>& g, int ranks_per_node) {
     ar::call_options unchecked;
     unchecked.check = false;
     const auto add = [&](auto schedule) {
         using S = decltype(schedule);
         if (!wanted(s, std::string(S::name))) return;
-        impls.push_back({std::string(S::name), [&g, schedule, unchecked](std::span<float> data) {
+        impls.push_back({std::string(S::name),
+                         [&g, schedule, unchecked](std::span<float> data) {
                              ar::allreduce(g, hitch::tensor_view<float>(data.data(), data.size()), ar::reduce_op::sum,
                                            schedule, unchecked);
-                         }});
+                         },
+                         false, 0, S::name != "native"});
     };
     add(ar::ring{});
     add(ar::recursive_doubling{});
     add(ar::rabenseifner{});
     add(ar::binary_tree{});
     add(ar::double_binary_tree{});
-    add(ar::hierarchical<>{});
+    ar::hierarchical<>::options_type by_node;
+    if (ranks_per_node > 0) by_node.ranks_per_group = ranks_per_node;
+    add(ar::hierarchical<>(by_node));
     ar::parameter_server::options_type sharded;  // one shard per rank, as sharded parameter servers run
     sharded.servers = g.size();
     add(ar::parameter_server(sharded));
@@ -265,8 +291,24 @@ std::string machine() {
            " hardware threads, " + mpi;
 }
 
+/// `"nodes":k,"ranks_per_node":[...]` of a layout, for the JSON lines.
+std::string layout_json(const hitch::node_layout& layout) {
+    std::string out = "\"nodes\":" + std::to_string(layout.nodes) + ",\"ranks_per_node\":[";
+    for (int node = 0; node < layout.nodes; ++node)
+        out += (node > 0 ? "," : "") + std::to_string(layout.ranks_on(node).size());
+    return out + "]";
+}
+
+/// The most ranks on one node when there are several nodes; 0 for one node.
+int ranks_per_node(const hitch::node_layout& layout) {
+    if (layout.nodes <= 1) return 0;
+    std::size_t most = 0;
+    for (int node = 0; node < layout.nodes; ++node) most = std::max(most, layout.ranks_on(node).size());
+    return static_cast<int>(most);
+}
+
 /// Prints the figures of one size: JSON lines to stdout, or a table; ratios to the table or stderr.
-void report(const settings& s, int p, const std::vector<figure>& figures, std::FILE* notes) {
+void report(const settings& s, int p, const std::string& layout, const std::vector<figure>& figures, std::FILE* notes) {
     double best = 0, mpi_bw = 0, bound = 0;
     std::string best_name;
     for (const auto& f : figures) {
@@ -279,21 +321,28 @@ void report(const settings& s, int p, const std::vector<figure>& figures, std::F
         if (f.impl == "mpi_allreduce") mpi_bw = f.algbw;
     }
     if (s.json) {
-        for (const auto& f : figures)
+        for (const auto& f : figures) {
+            const std::string crossed = f.cross_node_bytes < 0
+                                            ? std::string("null")
+                                            : std::to_string(static_cast<long long>(f.cross_node_bytes));
             std::printf(
-                "{\"bench\":\"allreduce\",\"comm\":\"%s\",\"impl\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"median_us\":%."
-                "3f,\"algbw_GBs\":%.4f}\n",
-                s.comm.c_str(), f.impl.c_str(), p, f.bytes, f.median_us, f.algbw);
+                "{\"bench\":\"allreduce\",\"comm\":\"%s\",\"impl\":\"%s\",\"ranks\":%d,%s,\"bytes\":%zu,\"median_"
+                "us\":%.3f,\"algbw_GBs\":%.4f,\"cross_node_bytes\":%s}\n",
+                s.comm.c_str(), f.impl.c_str(), p, layout.c_str(), f.bytes, f.median_us, f.algbw, crossed.c_str());
+        }
         std::fflush(stdout);
     } else {
-        std::fprintf(notes, "\n%zu bytes (%d ranks, comm %s)\n", figures.front().bytes, p, s.comm.c_str());
-        std::fprintf(notes, "  %-22s %12s %10s %9s %9s %9s\n", "impl", "median_us", "algbw_GBs", "x best", "x mpi",
-                     "x bound");
+        std::fprintf(notes, "\n%zu bytes (%d ranks, comm %s, %s)\n", figures.front().bytes, p, s.comm.c_str(),
+                     layout.c_str());
+        std::fprintf(notes, "  %-22s %12s %10s %9s %9s %9s %16s\n", "impl", "median_us", "algbw_GBs", "x best", "x mpi",
+                     "x bound", "cross-node B");
         for (const auto& f : figures)
-            std::fprintf(notes, "  %-22s %12.1f %10.3f %9.2f %9s %9s\n", f.impl.c_str(), f.median_us, f.algbw,
-                         best > 0 ? f.algbw / best : 0.0,
-                         mpi_bw > 0 ? std::to_string(f.algbw / mpi_bw).substr(0, 5).c_str() : "-",
-                         bound > 0 ? std::to_string(f.algbw / bound).substr(0, 5).c_str() : "-");
+            std::fprintf(
+                notes, "  %-22s %12.1f %10.3f %9.2f %9s %9s %16s\n", f.impl.c_str(), f.median_us, f.algbw,
+                best > 0 ? f.algbw / best : 0.0,
+                mpi_bw > 0 ? std::to_string(f.algbw / mpi_bw).substr(0, 5).c_str() : "-",
+                bound > 0 ? std::to_string(f.algbw / bound).substr(0, 5).c_str() : "-",
+                f.cross_node_bytes < 0 ? "-" : std::to_string(static_cast<long long>(f.cross_node_bytes)).c_str());
     }
     // the targets: the best non-native hitch schedule, and automatic against the fastest impl
     double best_hitch = 0, automatic = 0;
@@ -397,7 +446,12 @@ int run_mpi(settings& s, int argc, char** argv) {
         MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         return all == 1;
     };
-    if (me == 0) std::fprintf(notes, "hitch-bench-allreduce: comm mpi, %d ranks; %s\n", p, machine().c_str());
+    w.cross_node_bytes = [&comm] { return static_cast<double>(comm.traffic_across_nodes().bytes); };
+    w.reset_cross_node_bytes = [&comm] { comm.reset_traffic_across_nodes(); };
+    const std::string layout = layout_json(comm.node_layout());
+    if (me == 0)
+        std::fprintf(notes, "hitch-bench-allreduce: comm mpi, %d ranks, %s; %s\n", p, layout.c_str(),
+                     machine().c_str());
 
     ar::group g(comm);
     // Gloo rendezvous through a directory every rank of this machine sees.
@@ -425,7 +479,7 @@ int run_mpi(settings& s, int argc, char** argv) {
     for (std::size_t bytes : sizes(s)) {
         std::vector<float> buffer(bytes / sizeof(float));
         std::vector<impl> impls;
-        add_hitch(impls, s, g);
+        add_hitch(impls, s, g, ranks_per_node(comm.node_layout()));
         if (wanted(s, "mpi_allreduce"))
             impls.push_back({"mpi_allreduce", [](std::span<float> d) {
                                  MPI_Allreduce(MPI_IN_PLACE, d.data(), static_cast<int>(d.size()), MPI_FLOAT, MPI_SUM,
@@ -447,12 +501,12 @@ int run_mpi(settings& s, int argc, char** argv) {
         }
         std::vector<figure> figures = measure(w, s, impls, std::span<float>(buffer));
         std::string failure;
-        if (!verify(w, impls, std::span<float>(buffer), failure)) {
+        if (!verify(w, impls, std::span<float>(buffer), figures, failure)) {
             ++failures;
             if (!failure.empty())
                 std::fprintf(stderr, "hitch-bench-allreduce: VERIFICATION FAILED: %s\n", failure.c_str());
         }
-        if (me == 0) report(s, p, figures, notes);
+        if (me == 0) report(s, p, layout, figures, notes);
         if (wanted(s, "automatic")) automatic_ranking(w, g, bytes, notes);
     }
     automatic_picks(w, s, g, notes);
@@ -471,6 +525,8 @@ int run_local(settings& s) {
     std::vector<char> flags(static_cast<std::size_t>(p));
     std::atomic<int> failures{0};
     gloo::rendezvous::HashStore store;
+    const std::string local_layout =
+        layout_json(hitch::node_layout{std::vector<int>(static_cast<std::size_t>(p), 0), 1});
     std::fprintf(notes, "hitch-bench-allreduce: comm local, %d ranks (threads); %s\n", p, machine().c_str());
     hitch::comm::run_local(p, [&](hitch::comm::local& comm) {
         const int me = comm.rank();
@@ -498,7 +554,7 @@ int run_local(settings& s) {
         for (std::size_t bytes : sizes(s)) {
             std::vector<float> buffer(bytes / sizeof(float));
             std::vector<impl> impls;
-            add_hitch(impls, s, g);
+            add_hitch(impls, s, g, 0);
             add_gloo(impls, s, gloo);
             if (wanted(s, "bound"))
                 impls.push_back({"bound",
@@ -509,14 +565,14 @@ int run_local(settings& s) {
                                      for (std::size_t i = 0; i < in.size(); ++i) x[i] = x[i] + c;
                                  },
                                  true});
-            const std::vector<figure> figures = measure(w, s, impls, std::span<float>(buffer));
+            std::vector<figure> figures = measure(w, s, impls, std::span<float>(buffer));
             std::string failure;
-            if (!verify(w, impls, std::span<float>(buffer), failure)) {
+            if (!verify(w, impls, std::span<float>(buffer), figures, failure)) {
                 failures += 1;
                 if (!failure.empty())
                     std::fprintf(stderr, "hitch-bench-allreduce: VERIFICATION FAILED: %s\n", failure.c_str());
             }
-            if (me == 0) report(s, p, figures, notes);
+            if (me == 0) report(s, p, local_layout, figures, notes);
             if (wanted(s, "automatic")) automatic_ranking(w, g, bytes, notes);
             sync.arrive_and_wait();
         }

@@ -12,9 +12,10 @@
 // the call starts from the communicator's capabilities (concepts/communicator.hpp) and the call's
 // call_options::shared_memory: direct (shares_address_space<C>, e.g. comm::local: the receiver reads the sender's
 // memory in place), staged (maps_node_memory<C> with every rank on one node, e.g. comm::mpi: pipes in shared
-// memory), or message (every communicator: messages carry the data). The transport holds exactly one path, in a
-// variant of only the paths C can take; the pipelined helpers dispatch once per call and then run on the path's
-// own operations, so nothing per piece pays for the choice.
+// memory), node (ranks on several nodes: the staged path's pipes with the peers of this rank's node, messages
+// with the others), or message (every communicator: messages carry the data). The transport holds exactly one path, in
+// a variant of only the paths C can take; the pipelined helpers dispatch once per call and then run on the path's own
+// operations, so nothing per piece pays for the choice.
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +31,7 @@
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/transport/direct_path.hpp"
 #include "hitch/allreduce/transport/message_path.hpp"
+#include "hitch/allreduce/transport/node_path.hpp"
 #include "hitch/allreduce/transport/path.hpp"
 #include "hitch/allreduce/transport/scratch.hpp"
 #include "hitch/allreduce/transport/shared_state.hpp"
@@ -53,13 +55,14 @@ namespace detail {
     return x < y + b_bytes && y < x + a_bytes;
 }
 
-/// The paths a call on C may take: message always, direct and staged where C has the capability.
+/// The paths a call on C may take: message always, direct, staged and node where C has the capability.
 template <class C>
 using paths_of = std::conditional_t<
     shares_address_space<C>,
-    std::conditional_t<maps_node_memory<C>, std::variant<message_path<C>, direct_path<C>, staged_path>,
+    std::conditional_t<maps_node_memory<C>, std::variant<message_path<C>, direct_path<C>, staged_path, node_path<C>>,
                        std::variant<message_path<C>, direct_path<C>>>,
-    std::conditional_t<maps_node_memory<C>, std::variant<message_path<C>, staged_path>, std::variant<message_path<C>>>>;
+    std::conditional_t<maps_node_memory<C>, std::variant<message_path<C>, staged_path, node_path<C>>,
+                       std::variant<message_path<C>>>>;
 
 /// The operations of a set of paths (an empty alternative first: a default-constructed operation, already done).
 template <class Paths>
@@ -243,6 +246,9 @@ public:
     [[nodiscard]] bool shared_memory() const noexcept { return shared_memory_; }
     /// True on the staged path (shared-memory pipes between processes on one node).
     [[nodiscard]] bool staged() const noexcept { return on<staged_path>(); }
+    /// True on the node path (ranks on several nodes: pipes with the peers of this rank's node, messages with the
+    /// others).
+    [[nodiscard]] bool node_staged() const noexcept { return on<node_path<C>>(); }
     /// True when the call's agreement check passed: every rank has entered this very call.
     [[nodiscard]] bool agreed() const noexcept { return agreed_; }
     void set_agreed(bool v) noexcept { agreed_ = v; }
@@ -375,6 +381,9 @@ private:
             if (shared_memory && state.pipes != nullptr)
                 return paths(std::in_place_type<staged_path>, *state.pipes, sequence, comm.rank(), comm.size(),
                              spin(true));
+            if (shared_memory && state.node_pipes != nullptr)
+                return paths(std::in_place_type<node_path<C>>, comm, *state.node_pipes, state.local_of, sequence,
+                             state.node_comm->size(), spin(true), spin(false));
         }
         return paths(std::in_place_type<message_path<C>>, comm, spin(shares_address_space<C>));
     }

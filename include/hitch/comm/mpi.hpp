@@ -1,6 +1,6 @@
 #pragma once
-// hitch::comm::mpi: the communicator interface over MPI. The only hitch header that includes <mpi.h>, which is
-// why it is past 500 lines: everything that calls MPI (requests, probes, splits, node memory) lives here.
+// hitch::comm::mpi: the communicator interface over MPI: requests, probes, splits, the node layout and node memory
+// (the matching of receives is in comm/detail/mpi_receiver.hpp, the emulated nodes in comm/detail/node_emulation.hpp).
 //
 // The user's communicator is duplicated at construction, so hitch's traffic never mixes with the user's; errors
 // are returned (MPI_ERRORS_RETURN), not fatal, and become comm_error with MPI's error string. Blocking calls poll
@@ -8,6 +8,11 @@
 //
 //   hitch::comm::mpi_environment env(argc, argv);   // MPI_Init_thread, or nothing if MPI is already initialised
 //   hitch::comm::mpi comm;                          // a duplicate of MPI_COMM_WORLD
+//
+// The node layout (which ranks share a machine) is learnt once, at construction, from MPI_COMM_TYPE_SHARED; with
+// node emulation (mpi_options::emulate_nodes or HITCH_EMULATE_NODES=k) each real node is further cut into the k
+// blocks of consecutive world ranks, and everything node-aware (node_layout, map_node_memory, the count of bytes
+// sent across nodes) treats those blocks as separate machines. A split() keeps each rank's node.
 
 #include <mpi.h>
 
@@ -30,6 +35,8 @@
 #include <vector>
 
 #include "hitch/comm/detail/barrier.hpp"
+#include "hitch/comm/detail/mpi_receiver.hpp"
+#include "hitch/comm/detail/node_emulation.hpp"
 #include "hitch/comm/detail/node_memory.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/core/deadline.hpp"
@@ -43,158 +50,16 @@ namespace hitch::comm {
 struct mpi_options {
     /// Deadline of every blocking call, in seconds (default: HITCH_TIMEOUT_S, else 300).
     double timeout_s = timeout_from_environment().count();
+    /// Emulated nodes: k > 0 cuts the world's ranks into k nodes of consecutive ranks (sizes as even as possible,
+    /// the larger first), treated as separate machines. 0: HITCH_EMULATE_NODES when set, else the real layout.
+    int emulate_nodes = 0;
 
     void validate() const {
-        option_validator("hitch::comm::mpi_options").open_closed("timeout_s", timeout_s, 0.0, 1e9);
+        option_validator("hitch::comm::mpi_options")
+            .open_closed("timeout_s", timeout_s, 0.0, 1e9)
+            .at_least("emulate_nodes", emulate_nodes, 0);
     }
 };
-
-namespace detail {
-
-[[nodiscard]] inline std::string mpi_error_string(int code) {
-    char text[MPI_MAX_ERROR_STRING];
-    int length = 0;
-    if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return concat("MPI error code ", code);
-    return std::string(text, static_cast<std::size_t>(length));
-}
-
-inline void mpi_check(int code, std::string_view call) {
-    if (code != MPI_SUCCESS) throw comm_error(concat("hitch::comm::mpi: ", call, " failed: ", mpi_error_string(code)));
-}
-
-[[nodiscard]] inline bool mpi_usable() {
-    int initialized = 0;
-    int finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    return initialized != 0 && finalized == 0;
-}
-
-/// A receive waiting for its message. Receives are matched lazily with matched probes (MPI_Improbe), in the order
-/// they were posted, so a message of the wrong size is detected before any byte lands in the user's buffer: MPI
-/// would report a truncation through MPI_COMM_WORLD's error handler (fatal by default), not through ours.
-struct mpi_recv_slot {
-    enum state_t : int { unmatched, receiving, done, failed, cancelled };
-    std::byte* data = nullptr;
-    std::size_t bytes = 0;
-    int peer = 0;
-    int tag = 0;
-    MPI_Comm comm = MPI_COMM_NULL;
-    MPI_Request req = MPI_REQUEST_NULL;
-    state_t state = unmatched;
-    message_info info{};
-    std::string error;
-};
-
-/// The receives of one communicator that have not met their message yet, in post order.
-class mpi_receiver {
-public:
-    explicit mpi_receiver(int rank) : rank_(rank) {}
-
-    void post(const std::shared_ptr<mpi_recv_slot>& slot) {
-        std::lock_guard lock(m_);
-        unmatched_.push_back(slot);
-    }
-
-    /// Advances `slot`; true once it is done or failed.
-    bool progress(mpi_recv_slot& slot) {
-        std::lock_guard lock(m_);
-        match_pending();
-        if (slot.state == mpi_recv_slot::receiving) {
-            int flag = 0;
-            MPI_Status status{};
-            const int code = MPI_Test(&slot.req, &flag, &status);
-            if (code != MPI_SUCCESS) {
-                slot.req = MPI_REQUEST_NULL;
-                slot.state = mpi_recv_slot::failed;
-                slot.error = concat("hitch::comm::mpi: recv from rank ", slot.info.source, ", tag ", slot.info.tag,
-                                    " on rank ", rank_, " failed: ", mpi_error_string(code));
-            } else if (flag != 0) {
-                slot.state = mpi_recv_slot::done;
-            }
-        }
-        return slot.state == mpi_recv_slot::done || slot.state == mpi_recv_slot::failed;
-    }
-
-    /// Withdraws a receive that has not met its message; one already receiving is completed first.
-    void cancel(mpi_recv_slot& slot) noexcept {
-        std::unique_lock lock(m_);
-        if (slot.state == mpi_recv_slot::unmatched) {
-            std::erase_if(unmatched_, [&](const auto& p) { return p.get() == &slot; });
-            slot.state = mpi_recv_slot::cancelled;
-            return;
-        }
-        if (slot.state != mpi_recv_slot::receiving) return;
-        lock.unlock();
-        const deadline grace(seconds_f(1.0));
-        while (!grace.expired() && !progress(slot)) std::this_thread::yield();
-        lock.lock();
-        if (slot.state == mpi_recv_slot::receiving) {  // a matched message that never finished: let MPI finish it
-            MPI_Request_free(&slot.req);
-            slot.state = mpi_recv_slot::cancelled;
-        }
-    }
-
-    /// Matches pending receives to waiting messages (call before probing, so a probe sees what a receive would).
-    void match() {
-        std::lock_guard lock(m_);
-        match_pending();
-    }
-
-private:
-    void match_pending() {
-        for (std::size_t i = 0; i < unmatched_.size();) {
-            auto& probe_slot = *unmatched_[i];
-            int flag = 0;
-            MPI_Message message = MPI_MESSAGE_NULL;
-            MPI_Status status{};
-            const int code = MPI_Improbe(probe_slot.peer == any_source ? MPI_ANY_SOURCE : probe_slot.peer,
-                                         probe_slot.tag, probe_slot.comm, &flag, &message, &status);
-            if (code != MPI_SUCCESS || flag == 0) {
-                ++i;
-                continue;
-            }
-            // The message goes to the earliest-posted receive it matches (MPI's rule), which may precede i.
-            std::size_t target = 0;
-            while (target < i &&
-                   !(unmatched_[target]->comm == probe_slot.comm && unmatched_[target]->tag == status.MPI_TAG &&
-                     (unmatched_[target]->peer == any_source || unmatched_[target]->peer == status.MPI_SOURCE)))
-                ++target;
-            auto slot = unmatched_[target];
-            unmatched_.erase(unmatched_.begin() + static_cast<std::ptrdiff_t>(target));
-            bind(*slot, message, status);
-            i = target;
-        }
-    }
-
-    void bind(mpi_recv_slot& slot, MPI_Message& message, const MPI_Status& status) {
-        MPI_Count count = 0;
-        MPI_Get_count_c(&status, MPI_BYTE, &count);
-        slot.info = {status.MPI_SOURCE, status.MPI_TAG, static_cast<std::size_t>(count)};
-        if (static_cast<std::size_t>(count) != slot.bytes) {
-            std::vector<std::byte> sink(static_cast<std::size_t>(count));  // drain it; the user's buffer is untouched
-            MPI_Mrecv_c(sink.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
-            slot.state = mpi_recv_slot::failed;
-            slot.error = concat("hitch::comm::mpi: message mismatch on rank ", rank_, ": recv from rank ",
-                                status.MPI_SOURCE, " with tag ", status.MPI_TAG, " expected ", slot.bytes,
-                                " bytes but the message has ", count, " bytes");
-            return;
-        }
-        const int code = MPI_Imrecv_c(slot.data, count, MPI_BYTE, &message, &slot.req);
-        if (code != MPI_SUCCESS) {
-            slot.state = mpi_recv_slot::failed;
-            slot.error = concat("hitch::comm::mpi: MPI_Imrecv on rank ", rank_, " failed: ", mpi_error_string(code));
-            return;
-        }
-        slot.state = mpi_recv_slot::receiving;
-    }
-
-    std::mutex m_;
-    std::deque<std::shared_ptr<mpi_recv_slot>> unmatched_;
-    int rank_;
-};
-
-}  // namespace detail
 
 /// RAII for MPI_Init_thread / MPI_Finalize. A no-op when MPI was already initialised by the user (then the user
 /// finalises it). Asks for MPI_THREAD_MULTIPLE, which hitch's non-blocking collectives need.
@@ -350,9 +215,19 @@ public:
         options.validate();
         if (!detail::mpi_usable())
             throw comm_error("hitch::comm::mpi: MPI is not initialised (create a hitch::comm::mpi_environment first)");
+        int world_size = 0;
+        int world_rank = 0;
+        MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        const int emulated = detail::resolve_emulated_nodes(options.emulate_nodes, world_size);
         MPI_Comm dup = MPI_COMM_NULL;
         detail::mpi_check(MPI_Comm_dup(parent, &dup), "MPI_Comm_dup");
         adopt(dup, seconds_f(options.timeout_s));
+        detail::node_key key;
+        key.real = real_node_of(world_rank);
+        if (emulated > 0) key.emulated = detail::emulated_node(world_rank, world_size, emulated);
+        learn_layout(key);
+        traffic_ = std::make_shared<detail::traffic_counter>();
     }
     mpi(const mpi&) = delete;
     mpi& operator=(const mpi&) = delete;
@@ -368,6 +243,9 @@ public:
             max_tag_ = other.max_tag_;
             timeout_ = other.timeout_;
             barriers_ = other.barriers_;
+            key_ = other.key_;
+            layout_ = std::move(other.layout_);
+            traffic_ = std::move(other.traffic_);
         }
         return *this;
     }
@@ -455,45 +333,31 @@ public:
         barrier();
         MPI_Comm part = MPI_COMM_NULL;
         detail::mpi_check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
-        return mpi(part, timeout_);
+        mpi out(part, timeout_);
+        out.learn_layout(key_);  // each rank keeps its node, emulated or real
+        out.traffic_ = traffic_;
+        return out;
     }
 
-    /// Collective: the node each rank runs on (ranks that MPI_COMM_TYPE_SHARED puts together), nodes numbered in the
-    /// order of their lowest rank, the same answer on every rank. Every rank must arrive within the deadline.
-    [[nodiscard]] hitch::node_layout node_layout() {
-        barrier();  // everyone is here: the MPI calls below cannot wait for an absent rank
-        MPI_Comm node = MPI_COMM_NULL;
-        detail::mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-                          "MPI_Comm_split_type");
-        int lowest = rank_;  // the node's lowest rank names it
-        const int code = MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, node);
-        MPI_Comm_free(&node);
-        detail::mpi_check(code, "MPI_Allreduce");
-        std::vector<int> lowest_of(static_cast<std::size_t>(size_));
-        detail::mpi_check(MPI_Allgather(&lowest, 1, MPI_INT, lowest_of.data(), 1, MPI_INT, comm_), "MPI_Allgather");
-        hitch::node_layout layout;
-        layout.node_of_rank.resize(lowest_of.size());
-        std::vector<int> id_of(lowest_of.size(), -1);
-        for (std::size_t r = 0; r < lowest_of.size(); ++r) {
-            auto& id = id_of[static_cast<std::size_t>(lowest_of[r])];
-            if (id < 0) id = layout.nodes++;
-            layout.node_of_rank[r] = id;
-        }
-        return layout;
-    }
+    /// The node each rank runs on (ranks that MPI_COMM_TYPE_SHARED puts together, cut further into the emulated
+    /// nodes under emulation), nodes numbered in the order of their lowest rank; the same on every rank. Learnt at
+    /// construction: not collective.
+    [[nodiscard]] const hitch::node_layout& node_layout() const noexcept { return layout_; }
+
+    /// What this rank has sent to ranks on other nodes (real or emulated) through this communicator and every
+    /// communicator split from it or from the one it was split from (a group's, a schedule's levels): payload
+    /// bytes and messages, hitch's own zero-byte barrier messages not counted.
+    [[nodiscard]] cross_node_traffic traffic_across_nodes() const noexcept { return traffic_->read(); }
+    /// Starts the count of traffic_across_nodes() again from zero (for every communicator that shares it).
+    void reset_traffic_across_nodes() noexcept { traffic_->reset(); }
 
     /// Collective: memory every rank can read and write, `bytes_per_rank` bytes for each (node_memory::part(r)),
-    /// when all ranks run on one node; nullptr when they do not, or when any rank's system refuses the mapping
-    /// (then every rank gets nullptr: the answer is agreed). Every rank must arrive within the deadline.
+    /// when all ranks run on one node (one emulated node under emulation); nullptr when they do not, or when any
+    /// rank's system refuses the mapping (then every rank gets nullptr: the answer is agreed). Every rank must
+    /// arrive within the deadline. For a communicator over several nodes, map over a split() per node.
     [[nodiscard]] std::shared_ptr<node_memory> map_node_memory(std::size_t bytes_per_rank) {
         barrier();  // everyone is here: the MPI calls below cannot wait for an absent rank
-        MPI_Comm node = MPI_COMM_NULL;
-        detail::mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-                          "MPI_Comm_split_type");
-        int node_size = 0;
-        MPI_Comm_size(node, &node_size);
-        MPI_Comm_free(&node);
-        if (node_size != size_) return nullptr;  // the same answer on every rank
+        if (!layout_.single_node()) return nullptr;  // the same answer on every rank
         static std::atomic<unsigned> made{0};
         char shm_name[64] = {};
         if (rank_ == 0)
@@ -518,6 +382,26 @@ public:
 
 private:
     mpi(MPI_Comm adopted, seconds_f timeout) { adopt(adopted, timeout); }
+
+    /// Collective: the lowest world rank among the ranks of this communicator on this rank's machine.
+    [[nodiscard]] int real_node_of(int world_rank) const {
+        MPI_Comm node = MPI_COMM_NULL;
+        detail::mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+                          "MPI_Comm_split_type");
+        int lowest = world_rank;
+        const int code = MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, node);
+        MPI_Comm_free(&node);
+        detail::mpi_check(code, "MPI_Allreduce");
+        return lowest;
+    }
+    /// Collective: every rank's key, so the layout is known without another collective later (isend consults it).
+    void learn_layout(const detail::node_key& mine) {
+        key_ = mine;
+        std::vector<detail::node_key> keys(static_cast<std::size_t>(size_));
+        static_assert(sizeof(detail::node_key) == 2 * sizeof(int));
+        detail::mpi_check(MPI_Allgather(&key_, 2, MPI_INT, keys.data(), 2, MPI_INT, comm_), "MPI_Allgather");
+        layout_ = detail::layout_from_keys(keys);
+    }
 
     void adopt(MPI_Comm comm, seconds_f timeout) {
         comm_ = comm;
@@ -555,6 +439,9 @@ private:
     request post_send(std::span<const std::byte> data, int peer, int tag, MPI_Comm comm) {
         check_peer(peer, false, "isend");
         check_tag(tag, "isend");
+        if (comm == comm_ && layout_.node_of_rank[static_cast<std::size_t>(peer)] !=
+                                 layout_.node_of_rank[static_cast<std::size_t>(rank_)])
+            traffic_->add(data.size());
         MPI_Request r = MPI_REQUEST_NULL;
         detail::mpi_check(MPI_Isend_c(data.data(), static_cast<MPI_Count>(data.size()), MPI_BYTE, peer, tag, comm, &r),
                           "MPI_Isend");
@@ -581,6 +468,9 @@ private:
     int max_tag_ = 32767;
     seconds_f timeout_{};
     std::uint64_t barriers_ = 0;
+    detail::node_key key_;
+    hitch::node_layout layout_;
+    std::shared_ptr<detail::traffic_counter> traffic_;
 };
 
 static_assert(communicator<mpi>, "hitch::comm::mpi must model hitch::communicator");

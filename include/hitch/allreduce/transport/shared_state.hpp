@@ -1,12 +1,14 @@
 #pragma once
 // hitch::allreduce::shared_state<C>: what the calls of one group on communicator C share, and attach_pipes(), which
-// gives it the staged path's pipes when the communicator maps node memory.
+// gives it the staged path's pipes when the communicator maps node memory: over all its ranks when they share one
+// node, over the ranks of each node (a sub-communicator per node) when they span several.
 
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "hitch/allreduce/cost.hpp"
 #include "hitch/allreduce/detail/pipes.hpp"
@@ -27,17 +29,43 @@ struct shared_state {
     std::optional<cost_constants> constants;
     /// The staged path's pipes (null unless the communicator's ranks share a node and it could map them).
     std::shared_ptr<detail::pipes> pipes;
+    /// Ranks on several nodes: the pipes among this rank's node (null when it is alone there or the node could not
+    /// map them), the node's sub-communicator they were mapped over, and each rank's place among the ranks of its
+    /// node (local_of[r]; -1 for ranks on another node than this one). The transport's node_path uses them.
+    std::shared_ptr<detail::pipes> node_pipes;
+    std::shared_ptr<C> node_comm;
+    std::vector<int> local_of;
 };
 
 /// Collective over `comm`: gives `state` the pipes of the transport's staged path when `comm` can map memory that
-/// all its ranks share (comm::mpi with every rank on one node), and leaves it without otherwise.
+/// all its ranks share (comm::mpi with every rank on one node); when its ranks span several nodes and some node
+/// holds more than one of them, the pipes among each node's ranks instead (node_pipes: one mapping per node, made
+/// over a sub-communicator of that node, none across nodes); nothing otherwise.
 template <communicator C>
 void attach_pipes(C& comm, shared_state<C>& state) {
     if constexpr (maps_node_memory<C>) {
-        const detail::pipes::layout shape = detail::pipes::layout_for(comm.size());
-        if (comm.size() > 1 && shape.slots >= 2)
-            if (auto memory = comm.map_node_memory(detail::pipes::part_bytes(comm.size(), shape)))
-                state.pipes = std::make_shared<detail::pipes>(std::move(memory), comm.rank(), comm.size(), shape);
+        if (comm.size() <= 1) return;
+        const node_layout layout = node_layout_of(comm);
+        if (!has_node_layout<C> || layout.single_node()) {
+            const detail::pipes::layout shape = detail::pipes::layout_for(comm.size());
+            if (shape.slots >= 2)
+                if (auto memory = comm.map_node_memory(detail::pipes::part_bytes(comm.size(), shape)))
+                    state.pipes = std::make_shared<detail::pipes>(std::move(memory), comm.rank(), comm.size(), shape);
+            return;
+        }
+        if (layout.nodes == comm.size()) return;  // one rank per node: nobody to share memory with
+        auto node = std::make_shared<C>(comm.split(layout.node_of(comm.rank()), comm.rank()));
+        const int n = node->size();
+        const detail::pipes::layout shape = detail::pipes::layout_for(n);
+        if (n <= 1 || shape.slots < 2) return;  // the node's map_node_memory is collective over its ranks only
+        auto memory = node->map_node_memory(detail::pipes::part_bytes(n, shape));
+        if (memory == nullptr) return;  // agreed on the node: its ranks all take messages
+        state.node_pipes = std::make_shared<detail::pipes>(std::move(memory), node->rank(), n, shape);
+        state.local_of.assign(static_cast<std::size_t>(comm.size()), -1);
+        const int mine = layout.node_of(comm.rank());
+        for (int r = 0, l = 0; r < comm.size(); ++r)
+            if (layout.node_of(r) == mine) state.local_of[static_cast<std::size_t>(r)] = l++;
+        state.node_comm = std::move(node);
     }
 }
 
