@@ -116,7 +116,8 @@ void check_rough(group<C>& g, const Schedule& schedule, std::size_t n, const std
     std::vector<float> data = hitch_test::make_input<float>(g.rank(), n, value);
     allreduce(g, hitch::view(data), reduce_op::sum, schedule);
     bool close = true;
-    for (std::size_t i = 0; i < n; ++i) close = close && std::abs(data[i] - want[i]) <= 1e-5f * static_cast<float>(g.size());
+    for (std::size_t i = 0; i < n; ++i)
+        close = close && std::abs(data[i] - want[i]) <= 1e-5f * static_cast<float>(g.size());
     expect(close, where + ": rough floats within rounding of the reference");
 }
 

@@ -376,9 +376,22 @@ private:
             t.set_agreed(checked || comm_.size() == 1);
             body(t, d);
         } catch (const timeout_error& e) {
+            // The peer a schedule stalled on may itself be waiting for another: ask who is still here. The ranks
+            // of a call time out at about the same moment (they wait on the same missing rank) and answer. (The
+            // agreement gather has taken its own roll call when it is what timed out.)
+            std::string missing = e.missing();
+            if (missing.empty() && comm_.size() > 1) {
+                const int tag = collective_tag_base(comm_) + hitch::comm::call_roll_call_tag_offset;
+                const std::vector<int> absent = hitch::comm::detail::roll_call(
+                    comm_.rank(), comm_.size(), {},
+                    hitch::comm::detail::deadline_like(limit, hitch::comm::detail::roll_call_grace(timeout)),
+                    [&](int peer) { return comm_.isend(std::span<const std::byte>(), peer, tag); },
+                    [&](int peer) { return comm_.irecv(std::span<std::byte>(), peer, tag); });
+                if (!absent.empty()) missing = hitch::comm::detail::describe_absent(absent, -1);
+            }
             throw timeout_error(
                 detail::concat(label_of(d.operation, sequence), " (", d.schedule_name(), ") on rank ", comm_.rank()),
-                e.what(), limit.waited());
+                e.what(), limit.waited(), missing);
         }
     }
 

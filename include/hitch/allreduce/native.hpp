@@ -7,8 +7,9 @@
 // float and double sums use MPI_SUM; min and max use user-defined ops (so NaN propagates as in the other
 // schedules); half and bfloat16 travel as 16-bit words combined by user-defined ops in float. An average is an
 // MPI sum divided by p on every rank. When the call's agreement check passed, every rank is known to have entered
-// this call and the blocking MPI_Allreduce is used; otherwise MPI_Iallreduce is polled against the deadline (a
-// timed-out MPI collective cannot be cancelled: the communicator is then unusable, as in MPI itself).
+// this call and the blocking MPI_Allreduce is used, under the watchdog of comm/detail/mpi_watchdog.hpp (a rank that
+// dies inside it ends the job after the call's deadline, with a message); otherwise MPI_Iallreduce is polled against
+// the deadline (a timed-out MPI collective cannot be cancelled: the communicator is then unusable, as in MPI itself).
 //
 // Cost: native_alpha + n native_beta as measured by automatic's calibration; without measurements, MPICH's
 // long-message algorithm (Rabenseifner's).
@@ -112,6 +113,9 @@ public:
             const int count = static_cast<int>(std::min(piece, data.size() - off));
             void* buffer = data.data() + off;
             if (t.agreed()) {
+                // Every rank is in this call; one that dies now would leave the rest in MPI_Allreduce for ever.
+                const comm::detail::mpi_watchdog::watch watch("hitch::allreduce::native MPI_Allreduce",
+                                                              t.limit().length());
                 comm::detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, buffer, count, type, mop, c), "MPI_Allreduce");
                 continue;
             }

@@ -29,6 +29,8 @@ namespace hitch::comm {
 /// that did not come when a gather times out (comm/detail/roll_call.hpp).
 inline constexpr int agree_tag_offset = 0;
 inline constexpr int agree_roll_call_tag_offset = 1;
+/// Offset of the roll call a collective call takes when its deadline passes (allreduce/group.hpp).
+inline constexpr int call_roll_call_tag_offset = 2;
 
 /// Returns every rank's `value`, indexed by rank. Collective: every rank of `comm` calls it.
 template <communicator C, class T>
@@ -63,10 +65,9 @@ template <communicator C, class T>
                 me, p, std::move(present), detail::deadline_like(limit, detail::roll_call_grace(waited)),
                 [&](int peer) { return comm.isend(std::span<const std::byte>(), peer, call); },
                 [&](int peer) { return comm.irecv(std::span<std::byte>(), peer, call); });
-            throw timeout_error(
-                std::string(C::name) + " agreement",
-                hitch::detail::concat("allgather on rank ", me, " of ", p, ": ", detail::describe_absent(absent, from)),
-                waited);
+            throw timeout_error(std::string(C::name) + " agreement",
+                                hitch::detail::concat("allgather on rank ", me, " of ", p), waited,
+                                detail::describe_absent(absent, from));
         }
     }
     std::vector<T> result(static_cast<std::size_t>(p));

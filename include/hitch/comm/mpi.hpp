@@ -36,6 +36,7 @@
 
 #include "hitch/comm/detail/barrier.hpp"
 #include "hitch/comm/detail/mpi_receiver.hpp"
+#include "hitch/comm/detail/mpi_watchdog.hpp"
 #include "hitch/comm/detail/node_emulation.hpp"
 #include "hitch/comm/detail/node_memory.hpp"
 #include "hitch/concepts/communicator.hpp"
@@ -70,8 +71,13 @@ public:
         : mpi_environment(&argc, &argv, required) {}
     mpi_environment(const mpi_environment&) = delete;
     mpi_environment& operator=(const mpi_environment&) = delete;
+    /// MPI_Finalize, under a watch: a rank that died leaves the others in it forever, so past finalize_timeout()
+    /// (HITCH_TIMEOUT_S, or a quarter of it once a deadline has passed on this process) it says so and exits 1.
     ~mpi_environment() {
-        if (owns_ && detail::mpi_usable()) MPI_Finalize();
+        if (!owns_ || !detail::mpi_usable()) return;
+        const detail::mpi_watchdog::watch watch("MPI_Finalize", detail::finalize_timeout(),
+                                                detail::mpi_watchdog::ending::exit_process);
+        MPI_Finalize();
     }
 
     /// The thread support level MPI provides (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE).
@@ -149,6 +155,7 @@ public:
             if (poll_until(limit, [&] { return test(); })) return;
             abandon();
             if (!send_ && slot_ && slot_->state == detail::mpi_recv_slot::done) return;  // arrived while cancelling
+            detail::mpi_trouble().store(true);
             throw timeout_error(operation(), where(), limit.waited());
         }
         [[nodiscard]] message_info status() const {
@@ -220,8 +227,13 @@ public:
         MPI_Comm_size(MPI_COMM_WORLD, &world_size);
         MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
         const int emulated = detail::resolve_emulated_nodes(options.emulate_nodes, world_size);
+        // Every rank of `parent` must come: the duplicate is made without blocking and waited for with a deadline.
         MPI_Comm dup = MPI_COMM_NULL;
-        detail::mpi_check(MPI_Comm_dup(parent, &dup), "MPI_Comm_dup");
+        MPI_Request pending = MPI_REQUEST_NULL;
+        detail::mpi_check(MPI_Comm_idup(parent, &dup, &pending), "MPI_Comm_idup");
+        detail::mpi_wait_collective(pending, deadline(seconds_f(options.timeout_s)),
+                                    "hitch::comm::mpi's construction (MPI_Comm_idup of the parent communicator)",
+                                    world_rank);
         adopt(dup, seconds_f(options.timeout_s));
         detail::node_key key;
         key.real = real_node_of(world_rank);
@@ -332,7 +344,10 @@ public:
         option_validator("hitch::comm::mpi::split").at_least("color", color, 0);
         barrier();
         MPI_Comm part = MPI_COMM_NULL;
-        detail::mpi_check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
+        {
+            const detail::mpi_watchdog::watch watch("hitch::comm::mpi::split (MPI_Comm_split)", timeout_);
+            detail::mpi_check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
+        }
         mpi out(part, timeout_);
         out.learn_layout(key_);  // each rank keeps its node, emulated or real
         out.traffic_ = traffic_;
@@ -367,6 +382,8 @@ public:
         std::string why;
         std::unique_ptr<node_memory> mine;
         if (rank_ == 0) mine.reset(node_memory::create(shm_name, size_, bytes_per_rank, why));
+        const detail::mpi_watchdog::watch watch("hitch::comm::mpi::map_node_memory (MPI_Allreduce, MPI_Bcast)",
+                                                timeout_);
         int ok = rank_ != 0 || mine != nullptr ? 1 : 0;
         detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
         if (ok == 0) return nullptr;
@@ -385,6 +402,7 @@ private:
 
     /// Collective: the lowest world rank among the ranks of this communicator on this rank's machine.
     [[nodiscard]] int real_node_of(int world_rank) const {
+        const detail::mpi_watchdog::watch watch("hitch::comm::mpi's node layout (MPI_Comm_split_type)", timeout_);
         MPI_Comm node = MPI_COMM_NULL;
         detail::mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
                           "MPI_Comm_split_type");
@@ -399,7 +417,11 @@ private:
         key_ = mine;
         std::vector<detail::node_key> keys(static_cast<std::size_t>(size_));
         static_assert(sizeof(detail::node_key) == 2 * sizeof(int));
-        detail::mpi_check(MPI_Allgather(&key_, 2, MPI_INT, keys.data(), 2, MPI_INT, comm_), "MPI_Allgather");
+        MPI_Request pending = MPI_REQUEST_NULL;
+        detail::mpi_check(MPI_Iallgather(&key_, 2, MPI_INT, keys.data(), 2, MPI_INT, comm_, &pending),
+                          "MPI_Iallgather");
+        detail::mpi_wait_collective(pending, deadline(timeout_), "hitch::comm::mpi's node layout (MPI_Iallgather)",
+                                    rank_);
         layout_ = detail::layout_from_keys(keys);
     }
 
@@ -407,7 +429,11 @@ private:
         comm_ = comm;
         timeout_ = timeout;
         detail::mpi_check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-        detail::mpi_check(MPI_Comm_dup(comm_, &internal_), "MPI_Comm_dup");
+        MPI_Request pending = MPI_REQUEST_NULL;
+        detail::mpi_check(MPI_Comm_idup(comm_, &internal_, &pending), "MPI_Comm_idup");
+        int me = 0;
+        MPI_Comm_rank(comm_, &me);
+        detail::mpi_wait_collective(pending, deadline(timeout), "hitch::comm::mpi (MPI_Comm_idup)", me);
         detail::mpi_check(MPI_Comm_set_errhandler(internal_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
         detail::mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
         detail::mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");

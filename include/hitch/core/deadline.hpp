@@ -46,6 +46,8 @@ public:
     [[nodiscard]] bool expired() const noexcept { return now() >= end_; }
     [[nodiscard]] clock::time_point when() const noexcept { return end_; }
     [[nodiscard]] seconds_f waited() const noexcept { return now() - start_; }
+    /// The whole time it allows, from its start.
+    [[nodiscard]] seconds_f length() const noexcept { return end_ - start_; }
     /// The clock it is measured on; null for the steady clock.
     [[nodiscard]] const clock_source* source() const noexcept { return source_; }
 

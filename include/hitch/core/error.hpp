@@ -35,22 +35,33 @@ public:
 /// did not arrive where known, and how long it waited.
 class timeout_error : public error {
 public:
-    timeout_error(std::string operation, std::string detail, std::chrono::duration<double> waited)
-        : error(format(operation, detail, waited)), operation_(std::move(operation)), waited_(waited) {}
+    /// `missing`, where known, says which ranks never came ("rank 3 did not arrive"): it ends the message and
+    /// travels with the error when an outer call wraps it.
+    timeout_error(std::string operation, std::string detail, std::chrono::duration<double> waited,
+                  std::string missing = {})
+        : error(format(operation, detail, missing, waited)),
+          operation_(std::move(operation)),
+          missing_(std::move(missing)),
+          waited_(waited) {}
 
     [[nodiscard]] const std::string& operation() const noexcept { return operation_; }
+    /// Which ranks never came, when a roll call found out ("" when not known).
+    [[nodiscard]] const std::string& missing() const noexcept { return missing_; }
     [[nodiscard]] std::chrono::duration<double> waited() const noexcept { return waited_; }
 
 private:
-    static std::string format(const std::string& op, const std::string& detail, std::chrono::duration<double> w) {
+    static std::string format(const std::string& op, const std::string& detail, const std::string& missing,
+                              std::chrono::duration<double> w) {
         std::ostringstream s;
         s.setf(std::ios::fixed);
         s.precision(3);
         s << "hitch: timed out after " << w.count() << " s waiting for " << op;
-        if (!detail.empty()) s << " (" << detail << ")";
+        if (!detail.empty() || !missing.empty())
+            s << " (" << detail << (!detail.empty() && !missing.empty() ? ": " : "") << missing << ")";
         return s.str();
     }
     std::string operation_;
+    std::string missing_;
     std::chrono::duration<double> waited_;
 };
 

@@ -85,7 +85,7 @@ void engine<O, X, P, S, C, D, Param>::run_bucket(std::size_t b) {
             buckets_.exchange(b, options_.schedule);
         } catch (const timeout_error& e) {
             // In the user's words first (the step, the bucket and its layers), then the internal call.
-            throw timeout_error(describe_bucket(b), concat("inside ", e.operation()), e.waited());
+            throw timeout_error(describe_bucket(b), concat("inside ", e.operation()), e.waited(), e.missing());
         }
     }
     comm_ns_ += ns(start, std::chrono::steady_clock::now());

@@ -12,7 +12,8 @@ namespace hitch::allreduce {
 
 /// Channels a schedule may use in one call: tags call_base + [0, channels_per_call).
 inline constexpr int channels_per_call = 64;
-/// Offsets inside hitch's reserved tag range: 0 is comm::agree's, [1, first_call_tag_offset) stay free.
+/// Offsets inside hitch's reserved tag range: 0 to 2 are comm::agree's gather and the roll calls (comm/agree.hpp),
+/// [3, first_call_tag_offset) stay free.
 inline constexpr int first_call_tag_offset = 16;
 
 /// The first tag of call `sequence` on `comm`: sequence numbers wrap around a window that fits the reserved range.

@@ -49,9 +49,8 @@ void dissemination_barrier(int rank, int size, std::uint64_t number, const deadl
                 rank, size, std::move(present), deadline_like(limit, roll_call_grace(timeout)),
                 [&](int peer) { return post_send(peer, tag); }, [&](int peer) { return post_recv(peer, tag); });
             throw timeout_error(hitch::detail::concat(who, " barrier"),
-                                hitch::detail::concat("barrier #", number, " on rank ", rank, " of ", size, ": ",
-                                                      describe_absent(absent, from)),
-                                timeout);
+                                hitch::detail::concat("barrier #", number, " on rank ", rank, " of ", size), timeout,
+                                describe_absent(absent, from));
         }
     }
 }
