@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
     hitch::comm::mpi comm;
     std::vector<float> w(std::size_t{1} << 22, 0.5f), g(w.size(), 0.25f);
     hitch::cpu dev;
-    using dp_t = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::hard,
-                                      hitch::allreduce::ring>;
+    using dp_t =
+        hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::hard, hitch::allreduce::ring>;
     dp_t::options o;
     o.bucket_bytes = std::size_t{16} << 20;
     dp_t dp(comm, dev, {{"w", hitch::view(w), hitch::view(g)}}, o);
@@ -60,10 +60,11 @@ int main(int argc, char** argv) {
             dp.step();
         } else if (moment == "allreduce") {
             // The exchange of 16 MiB between 3 processes takes tens of milliseconds: die a few into it.
-            if (dies) std::thread([&] {
-                std::this_thread::sleep_for(std::chrono::milliseconds(5));
-                die(way);
-            }).detach();
+            if (dies)
+                std::thread([&] {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                    die(way);
+                }).detach();
             dp.step();
             dp.step();
         } else {
@@ -71,10 +72,11 @@ int main(int argc, char** argv) {
             std::vector<std::pair<std::string, std::vector<std::byte>>> extra;
             extra.emplace_back("big", std::vector<std::byte>(std::size_t{64} << 20, std::byte{7}));
             comm.barrier();  // all ranks start the save together: rank 2 dies while serialising or writing
-            if (dies) std::thread([&] {
-                std::this_thread::sleep_for(std::chrono::milliseconds(30));
-                die(way);
-            }).detach();
+            if (dies)
+                std::thread([&] {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                    die(way);
+                }).detach();
             dp.save(dir / "ckpt", extra);
             comm.barrier();
         }

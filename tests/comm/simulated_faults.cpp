@@ -57,16 +57,26 @@ hitch::comm::simulation_report allreduce_with(int p, const simulated_options& op
         options);
 }
 
-/// Every rank but `except` ended in timeout_error at t0 + timeout (the call's deadline).
-void every_rank_timed_out(const hitch::comm::simulation_report& report, int except, double at) {
+enum class roll_call { none, answered };
+
+/// Every rank but `except` ended in timeout_error at `at` (the deadline; for an all-reduce, plus the roll call
+/// that follows it: `at` then includes its grace when a rank never answers, and with roll_call::answered every rank
+/// answered within a few message latencies).
+void every_rank_timed_out(const hitch::comm::simulation_report& report, int except, double at,
+                          roll_call after = roll_call::none) {
     for (std::size_t r = 0; r < report.ranks.size(); ++r) {
         if (static_cast<int>(r) == except) continue;
         CAPTURE(r, report.ranks[r].error_text);
         REQUIRE(report.ranks[r].error != nullptr);
         CHECK_THROWS_AS(std::rethrow_exception(report.ranks[r].error), hitch::timeout_error);
-        CHECK(std::abs(report.ranks[r].error_s - at) < 1e-9);  // deadlines have nanosecond resolution
+        if (after == roll_call::none)
+            CHECK(std::abs(report.ranks[r].error_s - at) < 1e-9);  // deadlines have nanosecond resolution
+        else
+            CHECK((report.ranks[r].error_s >= at && report.ranks[r].error_s < at + 1e-3));
     }
 }
+
+double grace_of(double timeout_s) { return hitch::comm::detail::roll_call_grace(seconds_f(timeout_s)).count(); }
 
 double wall_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -85,11 +95,15 @@ TEST_CASE("comm::simulated faults: a rank that dies leaves every other rank in t
     REQUIRE(report.ranks[3].died);
     CHECK(same_time(report.ranks[3].error_s, t0 - 0.25));
     CHECK_THROWS_AS(std::rethrow_exception(report.ranks[3].error), hitch::comm::rank_died_error);
-    every_rank_timed_out(report, 3, t0 + timeout);
-    // Round 0 pairs 2 with 3, round 1 pairs 1 with 3: both wait for the dead rank and say so.
+    // The roll call after the deadline listens its whole grace for the dead rank.
+    every_rank_timed_out(report, 3, t0 + timeout + grace_of(timeout));
+    // Round 0 pairs 2 with 3, round 1 pairs 1 with 3: both wait for the dead rank and say so. Rank 0 waits for
+    // rank 2, which waits for rank 3: the roll call names rank 3 on every rank.
     CHECK(contains(report.ranks[2].error_text, "from rank 3"));
     CHECK(contains(report.ranks[1].error_text, "from rank 3"));
     CHECK(contains(report.ranks[0].error_text, "from rank 2"));
+    for (int r = 0; r < 3; ++r)
+        CHECK(contains(report.ranks[static_cast<std::size_t>(r)].error_text, ": rank 3 did not arrive)"));
     CHECK_THROWS_AS(std::rethrow_exception(report.first_error()), hitch::comm::rank_died_error);
 }
 
@@ -100,7 +114,7 @@ TEST_CASE("comm::simulated faults: a lost message is a timeout naming its sender
         // The group's split sends 1 -> 0 and 1 -> 3 only, so the first message from 1 to 2 is the ring's first.
         options.faults.lost.push_back({1, 2, 0});
         const auto report = allreduce_with(4, options, ar::ring{});
-        every_rank_timed_out(report, -1, t0 + timeout);
+        every_rank_timed_out(report, -1, t0 + timeout, roll_call::answered);
         CHECK(contains(report.ranks[2].error_text, "from rank 1"));
     }
     SECTION("a cut link under a polling schedule (the double binary tree)") {
@@ -216,7 +230,8 @@ TEST_CASE("comm::simulated faults: a slow rank shifts the end by its extra compu
     REQUIRE(report.ranks[3].error != nullptr);
     CHECK_THROWS_AS(std::rethrow_exception(report.ranks[3].error), hitch::timeout_error);
     CHECK(contains(report.ranks[3].error_text, "from rank 2"));
-    CHECK(std::abs(report.ranks[3].error_s - (t0 + 2e-3)) < 1e-9);
+    // After the deadline, a roll call: rank 2, still computing, does not answer within its grace.
+    CHECK(std::abs(report.ranks[3].error_s - (t0 + 2e-3 + grace_of(1e-3))) < 1e-9);
 }
 
 TEST_CASE("comm::simulated faults: a degraded link slows what crosses it", "[comm][simulated][faults]") {

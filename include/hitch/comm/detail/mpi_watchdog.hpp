@@ -58,8 +58,9 @@ inline void mpi_wait_collective(MPI_Request& request, const deadline& limit, con
     }
     if (!done) {
         mpi_trouble().store(true);
-        throw timeout_error(what, concat("on rank ", rank, ": a rank did not take part (an MPI collective cannot be ",
-                                         "cancelled; this communicator is unusable now)"),
+        throw timeout_error(what,
+                            concat("on rank ", rank, ": a rank did not take part (an MPI collective cannot be ",
+                                   "cancelled; this communicator is unusable now)"),
                             limit.waited());
     }
 }
@@ -114,7 +115,8 @@ private:
     std::list<entry>::iterator open(std::string what, seconds_f timeout, ending how) {
         std::lock_guard lock(m_);
         if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-        const auto due = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout);
+        const auto due =
+            std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout);
         int rank = -1;
         int level = MPI_THREAD_SINGLE;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
