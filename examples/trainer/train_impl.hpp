@@ -221,6 +221,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     };
 
     std::size_t first_epoch = 0;
+    bool resumed = false;  // the metrics file then goes on where the checkpoint's run left it
     if (config.resume == "auto") {
         // The sets every worker has a file of, newest first, then the end-of-epoch prefix itself; the first that
         // loads on every worker wins (a load that fails, fails on every worker alike: data_parallel agrees).
@@ -237,7 +238,6 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
                 candidates.push_back(step_prefix(config.checkpoint, *it));
         }
         candidates.push_back(config.checkpoint);
-        bool resumed = false;
         for (const std::string& prefix : candidates) {
             const bool there = std::filesystem::exists(file_of(prefix));
             if (hitch::comm::any_of(workers, !there)) continue;
@@ -263,11 +263,12 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
         std::fflush(stdout);
     } else if (!config.resume.empty()) {
         first_epoch = restore_from(config.resume);
+        resumed = true;
     }
 
     std::ofstream metrics_file;
     if (!config.metrics.empty()) {
-        metrics_file.open(detail::per_rank(config.metrics, rank), first_epoch > 0 ? std::ios::app : std::ios::trunc);
+        metrics_file.open(detail::per_rank(config.metrics, rank), resumed ? std::ios::app : std::ios::trunc);
         if (!metrics_file)
             throw std::runtime_error("--metrics: cannot write " + detail::per_rank(config.metrics, rank));
     }

@@ -63,10 +63,10 @@ bool has_type(const nlohmann::json& v, const std::string& type) {
     if (type == "boolean") return v.is_boolean();
     if (type == "object") return v.is_object();
     if (type == "number or null") return v.is_number() || v.is_null();
-    if (type == "array of strings") {
+    if (type == "array of strings" || type == "array of integers") {
         if (!v.is_array()) return false;
         for (const auto& e : v)
-            if (!e.is_string()) return false;
+            if (type == "array of strings" ? !e.is_string() : !e.is_number_integer()) return false;
         return true;
     }
     return false;

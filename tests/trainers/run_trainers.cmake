@@ -1,6 +1,7 @@
 # ctest driver for the example trainers. -DCASE=... -DMNIST=... -DCIFAR=... -DFILES=... (tests/trainers/trainer_files)
 # -DKEYS=... (metrics_keys) -DDOCS=docs/metrics.md -DMPIEXEC=... -DWORK=... -DKILL=tests/trainers/kill_at_step.sh
 cmake_policy(SET CMP0007 NEW)  # the bad_options rows keep their empty last field
+cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...)
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 
@@ -700,6 +701,7 @@ elseif(CASE STREQUAL "auto_resume")
   # names it, falls back to the set before, and still ends equal. A save's temporary file is never taken for one.
   set(common ${MNIST} --synthetic --synthetic-samples 2048 --batch-size 64 --epochs 2 --no-progress-bar
              --checkpoint-every 5)
+  file(MAKE_DIRECTORY "${WORK}/straight")
   run(s ${MPIEXEC} -n 2 ${common} --checkpoint ${WORK}/straight/ck --metrics ${WORK}/straight.jsonl)
   expect_ok(s)
   check_final_line("${s}" straight)
