@@ -32,8 +32,8 @@
 //
 // Emulated nodes (the multi-node paths on one machine: shared memory inside each node, messages between them):
 //   HITCH_EMULATE_NODES=2 mpiexec -n 4 hitch-bench-allreduce --only ring,hierarchical,automatic,mpi_allreduce
-// hierarchical then groups the ranks of a node (ranks_per_group = the most ranks on a node). Ratios, the check's
-// cost, automatic's online ranking at each size and the machine go to stderr in that mode, to stdout otherwise.
+// hierarchical groups the ranks of each node (its default; on one node it is its intra-node tree alone). Ratios, the
+// check's cost, automatic's online ranking at each size and the machine go to stderr in that mode, to stdout otherwise.
 
 #include <mpi.h>
 
@@ -204,10 +204,9 @@ bool verify(const world& w, std::vector<impl>& impls, std::span<float> buffer, s
     return all_ok;
 }
 
-/// The hitch schedules, each on the group with the agreement check off. hierarchical groups the ranks of a node
-/// when there are several nodes (`ranks_per_node`: the most ranks on one node; 0 for one node).
+/// The hitch schedules, each on the group with the agreement check off.
 template <class C>
-void add_hitch(std::vector<impl>& impls, const settings& s, ar::group<C>& g, int ranks_per_node) {
+void add_hitch(std::vector<impl>& impls, const settings& s, ar::group<C>& g) {
     ar::call_options unchecked;
     unchecked.check = false;
     const auto add = [&](auto schedule) {
@@ -225,9 +224,7 @@ void add_hitch(std::vector<impl>& impls, const settings& s, ar::group<C>& g, int
     add(ar::rabenseifner{});
     add(ar::binary_tree{});
     add(ar::double_binary_tree{});
-    ar::hierarchical<>::options_type by_node;
-    if (ranks_per_node > 0) by_node.ranks_per_group = ranks_per_node;
-    add(ar::hierarchical<>(by_node));
+    add(ar::hierarchical<>{});                   // groups by the node layout (on one node: the intra-node tree alone)
     ar::parameter_server::options_type sharded;  // one shard per rank, as sharded parameter servers run
     sharded.servers = g.size();
     add(ar::parameter_server(sharded));
@@ -297,14 +294,6 @@ std::string layout_json(const hitch::node_layout& layout) {
     for (int node = 0; node < layout.nodes; ++node)
         out += (node > 0 ? "," : "") + std::to_string(layout.ranks_on(node).size());
     return out + "]";
-}
-
-/// The most ranks on one node when there are several nodes; 0 for one node.
-int ranks_per_node(const hitch::node_layout& layout) {
-    if (layout.nodes <= 1) return 0;
-    std::size_t most = 0;
-    for (int node = 0; node < layout.nodes; ++node) most = std::max(most, layout.ranks_on(node).size());
-    return static_cast<int>(most);
 }
 
 /// Prints the figures of one size: JSON lines to stdout, or a table; ratios to the table or stderr.
@@ -382,7 +371,8 @@ void automatic_picks(const world& w, const settings& s, ar::group<C>& g, std::FI
     const auto profile = ar::automatic::measured_profile(g.state());
     std::fprintf(notes, "\nautomatic picks (model and measured profile):");
     for (std::size_t b : sizes(s))
-        std::fprintf(notes, " %zu B %s;", b, std::string(ar::automatic{}.choose(w.size, b, k, profile.get())).c_str());
+        std::fprintf(notes, " %zu B %s;", b,
+                     std::string(ar::automatic{}.choose(hitch::node_layout_of(g.comm()), b, k, profile.get())).c_str());
     std::fprintf(notes, "\n");
 }
 
@@ -479,7 +469,7 @@ int run_mpi(settings& s, int argc, char** argv) {
     for (std::size_t bytes : sizes(s)) {
         std::vector<float> buffer(bytes / sizeof(float));
         std::vector<impl> impls;
-        add_hitch(impls, s, g, ranks_per_node(comm.node_layout()));
+        add_hitch(impls, s, g);
         if (wanted(s, "mpi_allreduce"))
             impls.push_back({"mpi_allreduce", [](std::span<float> d) {
                                  MPI_Allreduce(MPI_IN_PLACE, d.data(), static_cast<int>(d.size()), MPI_FLOAT, MPI_SUM,
@@ -554,7 +544,7 @@ int run_local(settings& s) {
         for (std::size_t bytes : sizes(s)) {
             std::vector<float> buffer(bytes / sizeof(float));
             std::vector<impl> impls;
-            add_hitch(impls, s, g, 0);
+            add_hitch(impls, s, g);
             add_gloo(impls, s, gloo);
             if (wanted(s, "bound"))
                 impls.push_back({"bound",
