@@ -52,7 +52,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (pixels.size() != labels.size() * (hitch_examples::data::cifar_record - 1)) __builtin_trap();
             sink = sink + labels.size();
         }
-    } catch (const hitch_examples::data::data_error&) {
-    }
+    } catch (const hitch_examples::data::data_error&) {}
     return 0;
 }

@@ -113,18 +113,51 @@ std::vector<std::byte> automatic_blob(bool with_profile) {
     return out;
 }
 
-std::vector<std::byte> whole_checkpoint(std::size_t codec_pick) {
+std::vector<std::byte> sync_blob_for(unsigned pick) {
+    switch (pick % 8) {
+        case 0: {  // a block-momentum state as after the first average: the global model and the filtered update
+            const std::vector<float> global(8, 0.5f), delta(8, 0.01f);
+            const std::span<const float> buffers[] = {global, delta};
+            const std::uint64_t since[] = {1};
+            std::vector<std::byte> blob;
+            hitch::sync::detail::save_counters_and_buffers(blob, "local_sgd", since, buffers);
+            return blob;
+        }
+        case 1:
+            return sync_blob(hitch_fuzz::plain_sgd());
+        case 2:
+            return sync_blob(hitch_fuzz::easgd_policy());
+        case 3:
+            return sync_blob(hitch_fuzz::async_policy());
+        case 4:
+            return sync_blob(hitch_fuzz::ssp_policy());
+        case 5:
+            return sync_blob(hitch::sync::hard(hitch::sync::hard::options_type{}));
+        case 6:
+            return sync_blob(hitch::sync::hogwild(hitch::sync::hogwild::options_type{}));
+        default:
+            return automatic_blob(pick % 2 == 1);
+    }
+}
+
+template <std::size_t... I>
+std::vector<std::byte> codec_section_for(std::size_t pick, std::index_sequence<I...>) {
+    std::vector<std::byte> out;
+    ((pick == I ? (void)(out = codec_section<I>()) : void()), ...);
+    return out;
+}
+
+/// A checkpoint with every section, those of the codec and the sync policy the whole-file harness reads for `mode`.
+std::vector<std::byte> whole_checkpoint(unsigned mode) {
     hitch_fuzz::model m;
     hitch::train::checkpoint_writer w;
     td::write_meta(w, m.identity(), {1200, 0x9f3c0000aa55ull});
     td::write_parameters(w, m.layers);
     w.add("hitch.optimizer", optimizer_blob<hitch::optim::adam>({.amsgrad = true}));
-    if (codec_pick == 0) w.add("hitch.compressor", codec_section<0>());
-    if (codec_pick == 1) w.add("hitch.compressor", codec_section<1>());
-    if (codec_pick == 3) w.add("hitch.compressor", codec_section<3>());
+    w.add("hitch.compressor",
+          codec_section_for(mode % hitch_fuzz::codec_count, std::make_index_sequence<hitch_fuzz::codec_count>{}));
     td::write_scaler(w, {32768.0f, 17, 2});
-    w.add("hitch.sync", sync_blob(hitch_fuzz::easgd_policy()));
-    w.add("hitch.schedule", automatic_blob(true));
+    w.add((mode % 8) == 7 ? "hitch.schedule" : "hitch.sync", sync_blob_for(mode));
     return w.serialize();
 }
 
@@ -156,8 +189,9 @@ int main(int argc, char** argv) {
     }
     const fs::path root = argv[1];
 
-    for (const int mode : {0, 0x81, 0x83}) write(root / "checkpoint" / ("file_" + std::to_string(mode)),
-                                                 whole_checkpoint(static_cast<std::size_t>(mode & 3)), mode);
+    for (unsigned mode = 0x80; mode < 0x88; ++mode)
+        write(root / "checkpoint" / ("file_" + std::to_string(mode & 7)), whole_checkpoint(mode),
+              static_cast<int>(mode));
 
     write(root / "optimizer_state" / "adam", optimizer_blob<hitch::optim::adam>({.amsgrad = true}), 0x80);
     write(root / "optimizer_state" / "momentum", optimizer_blob<hitch::optim::momentum>({}), 0x81);
@@ -170,15 +204,9 @@ int main(int argc, char** argv) {
     codec_seeds<4>(codec_dir);
 
     const fs::path sync_dir = root / "sync_state";
-    write(sync_dir / "local_sgd_bm", sync_blob(hitch_fuzz::block_momentum_sgd()), 0x80);
-    write(sync_dir / "local_sgd", sync_blob(hitch_fuzz::plain_sgd()), 0x81);
-    write(sync_dir / "easgd", sync_blob(hitch_fuzz::easgd_policy()), 0x82);
-    write(sync_dir / "async", sync_blob(hitch_fuzz::async_policy()), 0x83);
-    write(sync_dir / "ssp", sync_blob(hitch_fuzz::ssp_policy()), 0x84);
-    write(sync_dir / "hard", sync_blob(hitch::sync::hard(hitch::sync::hard::options_type{})), 0x85);
-    write(sync_dir / "hogwild", sync_blob(hitch::sync::hogwild(hitch::sync::hogwild::options_type{})), 0x86);
-    write(sync_dir / "automatic", automatic_blob(false), 0x87);
-    write(sync_dir / "automatic_profile", automatic_blob(true), 0x87);
+    for (unsigned pick = 0; pick < 8; ++pick)
+        write(sync_dir / ("policy_" + std::to_string(pick)), sync_blob_for(pick), static_cast<int>(0x80 | pick));
+    write(sync_dir / "automatic_constants", automatic_blob(false), 0x87);
 
     std::vector<hitch::allreduce::call_descriptor> calls(3);
     for (std::size_t r = 0; r < calls.size(); ++r) {

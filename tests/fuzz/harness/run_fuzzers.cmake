@@ -30,8 +30,8 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "make_seeds failed:\n${out}")
 endif()
 
-# Each harness and its seed directory; checkpoint, optimizer_state, codec_state and sync_state also start from
-# the files kept in tests/fuzz/corpus/<name>/ (inputs that once found a bug).
+# Each harness starts from its seeds and from the inputs kept in tests/fuzz/corpus/<harness>/ (ones that found a
+# bug).
 set(harnesses checkpoint optimizer_state codec_state sync_state agreement idx cifar)
 foreach(harness IN LISTS harnesses)
   set(corpus "${BINARY_DIR}/corpus/${harness}")
