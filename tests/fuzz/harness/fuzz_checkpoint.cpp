@@ -25,6 +25,8 @@ using hitch::train::checkpoint_reader;
 using hitch::train::checkpoint_writer;
 using hitch_fuzz::expect_documented;
 
+volatile double sink = 0;
+
 template <class O>
 void load_optimizer(const checkpoint_reader& r, const typename O::options_type& options) {
     hitch_fuzz::model m;
@@ -44,6 +46,23 @@ void load_codec_states(const checkpoint_reader& r) {
 template <std::size_t... I>
 void load_codec_states(const checkpoint_reader& r, std::size_t which, std::index_sequence<I...>) {
     ((which == I ? load_codec_states<I>(r) : void()), ...);
+}
+
+/// What automatic does with a loaded profile at its next calls: the measured-over-modelled ratios its ranking
+/// multiplies by, and the probes a call size asks for.
+void use_profile(std::span<const std::byte> blob) {
+    const auto state = hitch::allreduce::detail::decode_automatic_state(blob);
+    if (!state.profile) return;
+    const auto& prof = *state.profile;
+    double sum = 0;
+    for (const std::size_t n : {std::size_t{1}, std::size_t{5000}, std::size_t{1} << 22, std::size_t{1} << 40})
+        for (int c = 0; c < hitch::allreduce::automatic_profile::candidates; ++c) {
+            sum += hitch::allreduce::detail::measured_ratio(
+                prof, c, n, [](std::size_t bytes) { return 1e-5 + 1e-9 * static_cast<double>(bytes); });
+            sum += prof.outgrown_by(n) ? 1 : 0;
+            sum += prof.probes_for(n);
+        }
+    sink = sink + sum;
 }
 
 void load_sync(const checkpoint_reader& r, unsigned which) {
@@ -70,7 +89,7 @@ void load_sync(const checkpoint_reader& r, unsigned which) {
             (void)td::read_sync(r, hitch::sync::hogwild(hitch::sync::hogwild::options_type{}));
             break;
         default:
-            (void)td::read_schedule(r, hitch::allreduce::automatic{});
+            if (td::read_schedule(r, hitch::allreduce::automatic{})) use_profile(r.section("hitch.schedule"));
             break;
     }
 }
