@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../../core/legacy_formats.hpp"
 #include "hitch/allreduce/automatic/state.hpp"
 #include "hitch/allreduce/group.hpp"
 #include "hitch/train/checkpoint_agreement.hpp"
@@ -32,6 +33,12 @@ void write(const fs::path& file, const std::vector<std::byte>& bytes, int mode =
     std::ofstream f(file, std::ios::binary);
     if (mode >= 0) f.put(static_cast<char>(mode));
     f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+template <std::size_t N>
+std::vector<std::byte> legacy(const unsigned char (&bytes)[N]) {
+    const auto* p = reinterpret_cast<const std::byte*>(bytes);
+    return {p, p + N};
 }
 
 template <class T>
@@ -192,6 +199,11 @@ int main(int argc, char** argv) {
     for (unsigned mode = 0x80; mode < 0x88; ++mode)
         write(root / "checkpoint" / ("file_" + std::to_string(mode & 7)), whole_checkpoint(mode),
               static_cast<int>(mode));
+
+    // The first formats, which the readers still take (version 1: no common frame, their own checksums).
+    write(root / "checkpoint" / "version1", legacy(hitch_test::legacy::hitchckp_v1), 0);
+    write(root / "optimizer_state" / "version1", legacy(hitch_test::legacy::hitchopt_v1), 1);
+    write(root / "sync_state" / "version1", legacy(hitch_test::legacy::hsyn_v1), 1);
 
     write(root / "optimizer_state" / "adam", optimizer_blob<hitch::optim::adam>({.amsgrad = true}), 0x80);
     write(root / "optimizer_state" / "momentum", optimizer_blob<hitch::optim::momentum>({}), 0x81);
