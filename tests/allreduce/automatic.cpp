@@ -282,6 +282,40 @@ TEST_CASE("a damaged automatic state is refused with corrupt_message_error and c
     CHECK(saved(a) == blob);  // every refusal left the loaded state as it was
 }
 
+TEST_CASE("an automatic state whose profile the ranking cannot use is refused, well-formed or not",
+          "[allreduce][automatic]") {
+    // Checksummed and well-formed, but the probe sizes and times are not ones a run measures: the ranking would
+    // convert a size beyond size_t to bytes (undefined) or interpolate between sizes that do not rise.
+    const auto blob_with = [](auto&& damage) {
+        detail::automatic_state s;
+        automatic_profile prof;
+        prof.measured = 3;
+        prof.bytes = {4096, 16384, 65536};
+        prof.seconds[0] = {1e-5, 2e-5, 4e-5};
+        damage(prof);
+        s.profile = prof;
+        std::vector<std::byte> blob;
+        detail::encode_automatic_state(s, blob);
+        return blob;
+    };
+    automatic a;
+    CHECK(load_error(a, blob_with([](automatic_profile&) {})).empty());
+    const std::string who = "hitch::allreduce::automatic::load_state: corrupt: ";
+    CHECK(load_error(a, blob_with([](automatic_profile& p) { p.bytes[2] = 3.2e197; })) ==
+          who + "probe 2 has size 3.2e+197 bytes");
+    CHECK(load_error(a, blob_with([](automatic_profile& p) { p.bytes[1] = -1; })) == who + "probe 1 has size -1 bytes");
+    CHECK(load_error(a, blob_with([](automatic_profile& p) { p.bytes[2] = 16384; })) ==
+          who + "probe 2 has size 16384 bytes");
+    CHECK(load_error(a, blob_with([](automatic_profile& p) { p.bytes[0] = 0.5; })) ==
+          who + "probe 0 has size 0.5 bytes");
+    CHECK(load_error(a, blob_with([](automatic_profile& p) { p.bytes[3] = std::nan(""); })) ==
+          who + "probe 3 has size nan bytes");
+    CHECK(load_error(a, blob_with([](automatic_profile& p) { p.seconds[4][1] = -2e-5; })) ==
+          who + "a probe time is -2e-05 seconds");
+    CHECK(load_error(a, blob_with([](automatic_profile& p) { p.seconds[0][0] = HUGE_VAL; })) ==
+          who + "a probe time is inf seconds");
+}
+
 // ---- online re-ranking -----------------------------------------------------------------------------------------
 
 namespace {

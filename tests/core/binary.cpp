@@ -83,6 +83,23 @@ TEST_CASE("byte_reader checks every bound and names its owner", "[core][binary]"
     CHECK(fixed[5] == std::byte{0xff});
 }
 
+TEST_CASE("byte_reader::values refuses a count whose byte size wraps around", "[core][binary]") {
+    // 2^62 floats are 2^64 bytes: the product wraps to 0, which a check of the product alone lets through.
+    std::vector<std::byte> out;
+    hitch::byte_writer(out).put(std::uint64_t{1} << 62).put(1.0f);
+    hitch::byte_reader r(out, "hitch::thing", "corrupt");
+    const auto n = r.get<std::uint64_t>("n");
+    std::vector<float> values{2.0f};
+    CHECK_THROWS_WITH(r.values(values, n, "the values"),
+                      "hitch::thing: corrupt: truncated: the values needs 4611686018427387904 values of 4 bytes but "
+                      "4 bytes remain");
+    CHECK(values == std::vector<float>{2.0f});
+    hitch::byte_reader r2(out, "t");
+    (void)r2.get<std::uint64_t>("n");
+    r2.values(values, 1, "one value");
+    CHECK(values == std::vector<float>{1.0f});
+}
+
 TEST_CASE("the common frame: header fields, and a short, damaged, foreign or newer file each said as such",
           "[core][binary]") {
     const auto good = sample_frame();

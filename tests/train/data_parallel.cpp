@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -235,6 +236,20 @@ TEST_CASE("a replica that drifts is mismatch_error on every rank", "[train][data
         CHECK_THAT(m, Catch::Contains("rank 0 has 0x"));
         CHECK_THAT(m, Catch::Contains("rank 1 has 0x"));
     }
+}
+
+TEST_CASE("a layer descriptor whose name has no NUL is described from its own field only", "[train][data_parallel]") {
+    // What a damaged message from another rank can hold: every byte of the name set (the descriptor is followed
+    // here by more non-NUL bytes, which the description must not reach).
+    struct {
+        hitch::train::detail::layer_descriptor d;
+        char after[16];
+    } received{};
+    received.d = hitch::train::detail::describe_layer("x", 20, hitch::dtype::f32);
+    std::memset(received.d.name, 'a', sizeof(received.d.name));
+    std::memset(received.after, 'b', sizeof(received.after));
+    const std::string text = hitch::train::detail::describe_for_message(received.d, received.d);
+    CHECK(text == "'" + std::string(sizeof(received.d.name), 'a') + "' (20 x float)");
 }
 
 TEST_CASE("ranks with different layers get mismatch_error naming the ranks and layers", "[train][data_parallel]") {

@@ -154,6 +154,10 @@ public:
     /// n values into `out` (resized); n must have been bounded by the caller, so n * sizeof(T) cannot overflow.
     template <byte_scalar T>
     void values(std::vector<T>& out, std::uint64_t n, std::string_view what) {
+        // Checked before the multiplication: a damaged count times sizeof(T) can wrap to a size that fits.
+        if (n > remaining() / sizeof(T))
+            fail(detail::concat("truncated: ", what, " needs ", n, " values of ", sizeof(T), " bytes but ", remaining(),
+                                " bytes remain"));
         const auto b = take(n * sizeof(T), what);
         out.resize(static_cast<std::size_t>(n));
         if constexpr (std::endian::native == std::endian::little) {

@@ -53,7 +53,9 @@ struct layer_descriptor {
 
 /// "'fc.weight' (20 x float)", with the rows and flags when they tell the layer apart from `other`.
 [[nodiscard]] inline std::string describe_for_message(const layer_descriptor& d, const layer_descriptor& other) {
-    std::string s = hitch::detail::concat("'", d.name, "' (", d.size, " x ", name(static_cast<dtype>(d.type)));
+    // Another rank's name need not end in NUL (a damaged message): read at most the field.
+    const std::string_view layer_name(d.name, ::strnlen(d.name, sizeof(d.name)));
+    std::string s = hitch::detail::concat("'", layer_name, "' (", d.size, " x ", name(static_cast<dtype>(d.type)));
     if (d.rows != other.rows) s += hitch::detail::concat(", rows ", d.rows);
     if (d.flags != other.flags)
         s += hitch::detail::concat(", exclude_from_adaptation ", (d.flags & 1) != 0 ? "true" : "false",

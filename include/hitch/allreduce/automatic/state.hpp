@@ -10,8 +10,10 @@
 //   version 1 (read): constants without the inter pair (5 x f64: one level, inter 0), and seconds of 7 candidates
 //   (no hierarchical: its row reads 0, not measured; the seventh row is native's).
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -95,6 +97,20 @@ inline void encode_automatic_state(const automatic_state& s, std::vector<std::by
         }
         if (p.measured < 0 || p.measured > automatic_profile::probes)
             r.fail(hitch::detail::concat(p.measured, " probes measured, at most ", automatic_profile::probes));
+        // The ranking converts probe sizes to byte counts and interpolates between them: each must be a whole
+        // number of bytes a size_t holds, the measured ones rising; a time is finite and not negative.
+        constexpr double max_probe = 9007199254740992.0;  // 2^53
+        for (int i = 0; i < automatic_profile::probes; ++i) {
+            const double b = p.bytes[static_cast<std::size_t>(i)];
+            const bool measured = i < p.measured;
+            if (!(b >= (measured ? 1.0 : 0.0) && b <= max_probe && b == std::floor(b)) ||
+                (measured && i > 0 && !(b > p.bytes[static_cast<std::size_t>(i - 1)])))
+                r.fail(hitch::detail::concat("probe ", i, " has size ", b, " bytes"));
+        }
+        for (const auto& row : p.seconds)
+            for (const double t : row)
+                if (!(t >= 0.0 && t <= std::numeric_limits<double>::max()))
+                    r.fail(hitch::detail::concat("a probe time is ", t, " seconds"));
         s.profile = p;
     }
     r.expect_end();
