@@ -128,3 +128,16 @@ TEST_CASE("every codec trains through data_parallel, keeps replicas identical an
         check_codec(compress::powersgd{}, 0.2, 0.05);
     }
 }
+
+TEST_CASE("compressor_options sets a codec's options without naming its type, and they are checked",
+          "[train][data_parallel][compress]") {
+    using ef_topk = hitch::compress::error_feedback<hitch::compress::topk>;
+    hitch::data_parallel<hitch::optim::sgd, ef_topk>::options o;
+    o.compressor_options({.density = 0.25});
+    CHECK(o.compressor.options().density == 0.25);
+    hitch::data_parallel<hitch::optim::sgd, hitch::compress::qsgd>::options q;
+    q.compressor_options({.levels = 4});
+    CHECK(q.compressor.options().levels == 4);
+    CHECK_THROWS_AS(o.compressor_options({.density = 1.5}), hitch::config_error);  // the codec checks its own
+    CHECK(o.compressor.options().density == 0.25);                                 // and nothing changed
+}

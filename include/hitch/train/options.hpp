@@ -25,7 +25,8 @@ template <optimizer O, compressor X, sync_policy P, class S>
 struct data_parallel_options {
     /// The optimizer's hyper-parameters (momentum, betas, weight decay, LARS's trust coefficient ...).
     typename O::options_type optimizer{};
-    /// The gradient codec, with its options (compress::topk({.density = 0.001}) ...).
+    /// The gradient codec, with its options (compress::topk({.density = 0.001}) ...); or set only its options with
+    /// compressor_options() below.
     X compressor{};
     /// The sync policy's options (local_sgd's period ...).
     typename P::options_type sync{};
@@ -94,6 +95,15 @@ struct data_parallel_options {
     /// Optional sinks: a timeline of every span, and one JSON line of metrics per step.
     train::timeline* timeline = nullptr;
     std::ostream* metrics = nullptr;
+
+    /// The codec's options, without naming its type again: o.compressor_options({.density = 0.01}) builds
+    /// `compressor` from them (for error_feedback<topk>, topk's options; a codec of your own needs an options_type
+    /// and a constructor from it). The codec checks them: config_error, and `compressor` stays as it was.
+    template <class Y = X>
+        requires requires { typename Y::options_type; }
+    void compressor_options(const typename Y::options_type& codec) {
+        compressor = Y(codec);
+    }
 
     void validate() const {
         option_validator check("hitch::data_parallel");
