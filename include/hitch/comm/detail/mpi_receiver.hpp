@@ -21,6 +21,8 @@
 namespace hitch::comm {
 namespace detail {
 
+using hitch::detail::concat;  // the communicators' detail namespace shares hitch's message helper
+
 [[nodiscard]] inline std::string mpi_error_string(int code) {
     char text[MPI_MAX_ERROR_STRING];
     int length = 0;
