@@ -141,7 +141,8 @@ simulated_network nodes_of(int g) {
 
 TEST_CASE("hierarchical by node matches the serial reference on simulated nodes", "[allreduce][levels]") {
     // 2 x 4, 4 x 2, 2-2-1 and 4-2 (uneven), and one rank per node (the inter schedule alone).
-    for (const auto& [p, g] : std::vector<std::pair<int, int>>{{8, 4}, {8, 2}, {5, 2}, {6, 4}, {4, 1}}) {
+    for (const auto& shape : std::vector<std::pair<int, int>>{{8, 4}, {8, 2}, {5, 2}, {6, 4}, {4, 1}}) {
+        const int p = shape.first, g = shape.second;  // (lambdas may not capture structured bindings in C++20)
         INFO("p = " << p << ", " << g << " ranks per node");
         REQUIRE_NOTHROW(run_simulated(p, nodes_of(g), [&](simulated& comm) {
             const node_layout layout = comm.node_layout();
@@ -169,7 +170,8 @@ TEST_CASE("hierarchical by node sends across each nic exactly what the leaders' 
     // The bytes each node's nic carried up in a run of one call and of two (the first call also splits): the
     // difference is one call's traffic, which only the node's leader sends: the ring over the nodes, 2(N-1)/N n.
     constexpr std::size_t n = 3 * 4 * 1024;  // floats: whole ring blocks for 2 and 3 nodes
-    for (const auto& [p, g] : std::vector<std::pair<int, int>>{{8, 4}, {8, 2}, {5, 2}, {6, 2}}) {
+    for (const auto& shape : std::vector<std::pair<int, int>>{{8, 4}, {8, 2}, {5, 2}, {6, 2}}) {
+        const int p = shape.first, g = shape.second;
         const int nodes = (p + g - 1) / g;
         const auto nic_up = [&, p = p, g = g](int calls) {
             const auto report = hitch::comm::simulate(p, nodes_of(g), [&](simulated& comm) {
