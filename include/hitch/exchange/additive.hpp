@@ -34,7 +34,7 @@ aggregation_stats aggregate_allreduce(allreduce::group<C>& g, const Codec& codec
     detail::require_bucket(bucket, s.count);
     const auto p = static_cast<std::size_t>(g.size());
     const allreduce::reduce_op op = options.average ? allreduce::reduce_op::average : allreduce::reduce_op::sum;
-    aggregation_stats stats{aggregation_path::allreduce, 0, 0};
+    aggregation_stats stats{aggregation_path::allreduce, exchange_kind::allreduce, 0, 0};
     if constexpr (std::is_same_v<Codec, none>) {
         // Identity: the bucket itself is all-reduced (the all-reduce checks the sizes).
         allreduce::allreduce(g, bucket, op, schedule, options.call);

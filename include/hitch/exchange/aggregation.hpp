@@ -34,6 +34,52 @@ enum class aggregation_path : std::uint8_t { allreduce = 1, low_rank = 2, allgat
     return "invalid-path";
 }
 
+/// The exchange that carried a call: the shape the compressed messages travelled in. The codec's path (above)
+/// and the schedule together select it (exchange/aggregate.hpp); the trainers report it per bucket.
+enum class exchange_kind : std::uint8_t {
+    /// Additive codecs: the schedule's own all-reduce of the encoded elements.
+    allreduce = 1,
+    /// PowerSGD: P and Q each all-reduced by the schedule.
+    low_rank = 2,
+    /// Ring codecs: the compression-aware ring (re-encode at every hop).
+    compressed_ring = 3,
+    /// Ring codecs: recursive halving with re-encoding, then recursive doubling of the final messages.
+    compressed_halving_doubling = 4,
+    /// Ring codecs: exact sum inside each node, the compressed ring between node leaders, the leaders' result
+    /// back to their nodes.
+    compressed_hierarchical = 5,
+    /// All-gather codecs: every rank's message around a ring, then decode-and-add in rank order.
+    allgather_ring = 6,
+    /// All-gather codecs: recursive doubling over merged sparse sets that turn dense once the union stops being
+    /// sparse (SparCML).
+    sparse_recursive_doubling = 7,
+    /// All-gather codecs: the node's messages merged at its leader, the leaders' sparse recursive doubling, the
+    /// result back to their nodes.
+    sparse_hierarchical = 8,
+};
+
+[[nodiscard]] constexpr std::string_view name(exchange_kind e) noexcept {
+    switch (e) {
+        case exchange_kind::allreduce:
+            return "allreduce";
+        case exchange_kind::low_rank:
+            return "low_rank";
+        case exchange_kind::compressed_ring:
+            return "compressed_ring";
+        case exchange_kind::compressed_halving_doubling:
+            return "compressed_halving_doubling";
+        case exchange_kind::compressed_hierarchical:
+            return "compressed_hierarchical";
+        case exchange_kind::allgather_ring:
+            return "allgather_ring";
+        case exchange_kind::sparse_recursive_doubling:
+            return "sparse_recursive_doubling";
+        case exchange_kind::sparse_hierarchical:
+            return "sparse_hierarchical";
+    }
+    return "invalid-exchange";
+}
+
 namespace detail {
 
 template <class Codec>
@@ -94,6 +140,8 @@ struct aggregation_state {
 /// What one call did.
 struct aggregation_stats {
     aggregation_path path = aggregation_path::allgather;
+    /// The exchange that carried the call.
+    exchange_kind exchange = exchange_kind::allgather_ring;
     /// Bytes of this rank's encoded contribution (its message, or the elements it all-reduced).
     std::size_t message_bytes = 0;
     /// Bytes this rank sent, where the path moves its own messages (allgather: the blobs it forwarded; ring: every

@@ -53,7 +53,7 @@ aggregation_stats aggregate_allgather(allreduce::group<C>& g, const Codec& codec
         throw;
     }
     detail::write_result(s.accumulator, bucket, options.average, g.size());
-    aggregation_stats stats{aggregation_path::allgather, s.message.size(), 0};
+    aggregation_stats stats{aggregation_path::allgather, exchange_kind::allgather_ring, s.message.size(), 0};
     const auto p = static_cast<std::size_t>(g.size());
     for (std::size_t k = 1; k < p; ++k)  // the ring all-gather forwards every blob but the one it would send back
         stats.sent_bytes += blobs.blob(static_cast<int>((static_cast<std::size_t>(g.rank()) + p - k + 1) % p)).size();

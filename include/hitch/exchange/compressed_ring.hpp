@@ -77,7 +77,7 @@ aggregation_stats aggregate_ring(allreduce::group<C>& g, const Codec& codec, agg
     const auto next = (me + 1) % p, prev = (me - 1 + p) % p;
     s.messages.resize(static_cast<std::size_t>(p));
     s.accumulator.resize(n);
-    aggregation_stats stats{aggregation_path::compressed_ring, 0, 0};
+    aggregation_stats stats{aggregation_path::compressed_ring, exchange_kind::compressed_ring, 0, 0};
 
     // A hop state for chunk-sized encodes: codecs check the state's size, so each chunk gets its own.
     std::vector<typename hop_codec_t::state> chunk_states;

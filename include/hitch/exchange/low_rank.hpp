@@ -48,7 +48,7 @@ aggregation_stats aggregate_low_rank(allreduce::group<C>& g, const Codec& codec,
     }
     const auto p = static_cast<std::size_t>(g.size());
     const std::size_t bytes = 4 * (s.p.size() + s.q.size());
-    return {aggregation_path::low_rank, bytes, p > 1 ? 2 * (p - 1) * bytes / p : 0};
+    return {aggregation_path::low_rank, exchange_kind::low_rank, bytes, p > 1 ? 2 * (p - 1) * bytes / p : 0};
 }
 
 }  // namespace hitch::compress
