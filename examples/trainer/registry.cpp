@@ -72,6 +72,13 @@ void check_combination(const train_config& c, int ranks) {
             "--optimizer sgd, momentum or nesterov (got '" +
             c.optimizer + "')");
     if (c.threads > 0 && c.allreduce == "native") throw usage_error(std::string(schedule_by_name::native_needs_mpi));
+    with_compressor(c.compressor, [&](auto codec) {
+        namespace x = hitch::compress;
+        constexpr x::aggregation_path path = x::aggregation_path_of<typename decltype(codec)::type>;
+        if (!x::exchange_for(path, schedule_by_name::exchange_shape(c.allreduce)))
+            throw usage_error("--compressor " + c.compressor + " does not go with --allreduce " + c.allreduce + ": " +
+                              c.compressor + " goes with " + std::string(x::schedules_for(path)));
+    });
     if (c.checkpoint_every > 0 && c.checkpoint.empty())
         throw usage_error("--checkpoint-every " + std::to_string(c.checkpoint_every) +
                           " needs --checkpoint PREFIX, where the checkpoints go");

@@ -17,6 +17,7 @@
 
 #include "hitch/allreduce/allreduce.hpp"
 #include "hitch/allreduce/native.hpp"
+#include "hitch/exchange/pairing.hpp"
 
 namespace hitch_examples {
 
@@ -78,6 +79,16 @@ public:
     }
     [[nodiscard]] std::string_view chosen() const {
         return std::visit([](const auto& s) { return std::string_view(std::decay_t<decltype(s)>::name); }, held_);
+    }
+
+    /// The shape the held schedule gives the compressed exchanges (hitch/exchange/pairing.hpp).
+    [[nodiscard]] hitch::compress::exchange_shape exchange_shape() const {
+        return std::visit([](const auto& s) { return hitch::compress::exchange_shape_of<std::decay_t<decltype(s)>>; },
+                          held_);
+    }
+    /// The same for a schedule's name, before one is made.
+    [[nodiscard]] static hitch::compress::exchange_shape exchange_shape(const std::string& name) {
+        return schedule_by_name(options_type{name}).exchange_shape();
     }
 
     [[nodiscard]] hitch::allreduce::cost_estimate cost(int p, std::size_t n_bytes,

@@ -43,6 +43,7 @@ inline std::string summary_line(const std::string& example, const train_config& 
     j["sync_options"] = sync_options_json(config);
     j["allreduce"] = config.allreduce;
     j["exchange"] = result.exchange;
+    j["bucket_exchanges"] = result.bucket_exchanges;
     j["kernel_isa"] = std::string(kernel_isa());
     j["epochs"] = result.epochs_run;
     j["batch_size"] = config.batch_size;

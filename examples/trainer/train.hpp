@@ -97,8 +97,10 @@ struct train_result {
     std::size_t epochs_run = 0;
     /// What carried the gradients (or, under local SGD, the parameters) between the ranks, in the order of first
     /// use: the all-reduce schedules that ran (`automatic` resolved to its picks), or the compressed exchange
-    /// (compressed_ring, allgather). Empty on one rank.
+    /// (compressed_ring, sparse_recursive_doubling, ...: hitch::compress::exchange_kind). Empty on one rank.
     std::vector<std::string> exchange;
+    /// The exchange each gradient bucket's last step ran (hitch::data_parallel::bucket_exchanges).
+    std::vector<std::string> bucket_exchanges;
     /// The sync policy's staleness after each step (data_parallel::staleness()), over every step of every rank:
     /// the mean and the largest.
     double staleness_mean = 0.0;

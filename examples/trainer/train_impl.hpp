@@ -398,11 +398,15 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     constexpr auto path = hitch::compress::aggregation_path_of<X>;
     if constexpr (path == hitch::compress::aggregation_path::compressed_ring ||
                   path == hitch::compress::aggregation_path::allgather) {
-        if (p > 1) r.exchange = {std::string(hitch::compress::name(path))};
+        if (p > 1)  // the exchanges the buckets' last steps ran (automatic may pick per bucket size)
+            for (const std::string_view e : dp.bucket_exchanges())
+                if (!e.empty() && std::find(r.exchange.begin(), r.exchange.end(), e) == r.exchange.end())
+                    r.exchange.emplace_back(e);
     } else {
         r.exchange = o.schedule.used();  // dp holds a copy of o.schedule; copies share what they record
     }
     if (uses_server(config)) r.exchange.emplace_back("sharded_server");
+    for (const std::string_view e : dp.bucket_exchanges()) r.bucket_exchanges.emplace_back(e);
     // Every rank reports the slowest rank's time (the run is as fast as its slowest replica).
     const auto times = hitch::comm::allgather_value(workers, r.train_seconds);
     r.train_seconds = *std::max_element(times.begin(), times.end());

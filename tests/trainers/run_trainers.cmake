@@ -14,7 +14,7 @@ endfunction()
 
 # The last line must be one JSON object with exactly the summary keys of docs/metrics.md, in order (the same list
 # as summary_keys below; metrics_schema checks the docs themselves); sets <prefix>_<key> for each.
-set(summary_keys example model ranks nodes ranks_per_node optimizer compressor sync sync_options allreduce exchange kernel_isa epochs
+set(summary_keys example model ranks nodes ranks_per_node optimizer compressor sync sync_options allreduce exchange bucket_exchanges kernel_isa epochs
                  batch_size accumulate clip_grad_norm zero slow_rank slow_ms test_accuracy train_seconds samples_per_s
                  staleness_mean staleness_max dropped_gradients optimizer_state_bytes)
 function(check_final_line output prefix)
@@ -25,8 +25,8 @@ function(check_final_line output prefix)
   if(NOT count EQUAL expected)
     message(FATAL_ERROR "final line has ${count} keys, not ${expected}: ${last}")
   endif()
-  # CMake's JSON reader sorts members, so the order is checked on the text (ranks_per_node and exchange are the
-  # arrays, sync_options the one object).
+  # CMake's JSON reader sorts members, so the order is checked on the text (ranks_per_node, exchange and
+  # bucket_exchanges are the arrays, sync_options the one object).
   string(REGEX REPLACE "\\[[^]]*\\]" "[]" flat "${last}")
   string(REGEX REPLACE ":{[^{}]*}" ":{}" flat "${flat}")
   list(JOIN summary_keys "\":[^,]*,\"" pattern)
@@ -507,8 +507,12 @@ elseif(CASE STREQUAL "metrics_schema")
     message(FATAL_ERROR "one rank exchanges nothing: ${one_line}")
   endif()
   string(JSON first GET "${topk_line}" exchange 0)
-  if(NOT first MATCHES "^(allgather|compressed_ring)$")
-    message(FATAL_ERROR "topk's exchange is a compressed one: ${topk_line}")
+  if(NOT first MATCHES "^(allgather_ring|sparse_recursive_doubling|sparse_hierarchical)$")
+    message(FATAL_ERROR "topk's exchange is a sparse one: ${topk_line}")
+  endif()
+  string(JSON n LENGTH "${topk_line}" bucket_exchanges)
+  if(n LESS 1)
+    message(FATAL_ERROR "every bucket names its exchange: ${topk_line}")
   endif()
   # Hard sync: no staleness, no options, no slowed rank.
   string(JSON n LENGTH "${mpi_line}" sync_options)

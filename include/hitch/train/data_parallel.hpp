@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -149,6 +150,10 @@ public:
     /// Nodes (machines) the ranks run on.
     [[nodiscard]] int node_count() const { return engine_->nodes().nodes; }
     [[nodiscard]] std::size_t bucket_count() const { return engine_->bucket_count(); }
+    /// The exchange that carried each bucket's last step (compress::exchange_kind's names: "allreduce" for an
+    /// all-reduce of the gradients or of an additive codec's elements, "sparse_recursive_doubling", ...); empty for
+    /// a bucket not exchanged yet, or reduce-scattered under ZeRO stage 2.
+    [[nodiscard]] std::vector<std::string_view> bucket_exchanges() const { return engine_->bucket_exchanges(); }
     /// Bytes of optimizer state this rank holds (about 1/p of the whole under options.zero_stage).
     [[nodiscard]] std::size_t optimizer_state_bytes() const { return engine_->optimizer_state_bytes(); }
     /// Bytes of FP32 master parameters this rank holds beside an FP16 or BF16 model (0 for an FP32 model).

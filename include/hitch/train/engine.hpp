@@ -238,6 +238,14 @@ public:
     [[nodiscard]] int size() const override { return control_.size(); }
     [[nodiscard]] const node_layout& nodes() const override { return nodes_; }
     [[nodiscard]] std::size_t bucket_count() const override { return buckets_.size(); }
+    [[nodiscard]] std::vector<std::string_view> bucket_exchanges() const override {
+        std::vector<std::string_view> out;
+        for (std::size_t b = 0; b < buckets_.size(); ++b) {
+            const auto& e = buckets_[b].exchange;
+            out.push_back(e ? compress::name(*e) : std::string_view());
+        }
+        return out;
+    }
     [[nodiscard]] std::size_t optimizer_state_bytes() const override { return optimizer_->state_bytes(); }
     [[nodiscard]] std::size_t master_weight_bytes() const override { return weights_.master_bytes(); }
     [[nodiscard]] std::uint64_t parameter_hash() const override { return weights_.hash(); }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,7 @@ public:
     [[nodiscard]] virtual const node_layout& nodes() const = 0;
     [[nodiscard]] virtual std::uint64_t parameter_hash() const = 0;
     [[nodiscard]] virtual std::size_t bucket_count() const = 0;
+    [[nodiscard]] virtual std::vector<std::string_view> bucket_exchanges() const = 0;
     [[nodiscard]] virtual std::size_t optimizer_state_bytes() const = 0;
     [[nodiscard]] virtual std::size_t master_weight_bytes() const = 0;
     [[nodiscard]] virtual std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const = 0;

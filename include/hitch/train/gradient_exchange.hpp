@@ -53,6 +53,8 @@ public:
         std::optional<compress::aggregation_state<X>> codec_state;
         bool local_bad = false;  // this rank's gradients in it were not finite (it was sent as zeros)
         amp::detail::nonfinite_report report{};
+        /// The exchange that carried its last call (compress::aggregate's choice; allreduce for compress::none).
+        std::optional<compress::exchange_kind> exchange;
     };
 
     /// `group` and `layers` must outlive the exchange; `nodes` is the group's node layout (what the bytes sent are
@@ -101,6 +103,7 @@ public:
         }
         if constexpr (plain_float_v<X>) {
             average(data, schedule);
+            bk.exchange = compress::exchange_kind::allreduce;
         } else {
             auto span = trace(timeline_, "compress + exchange", "compress");
             compress::aggregate_options ao;
@@ -109,6 +112,8 @@ public:
             const compress::aggregation_stats stats =
                 compress::aggregate(group_, codec_, *bk.codec_state, data, schedule, ao);
             bytes_sent_ += stats.sent_bytes;
+            bk.exchange = stats.exchange;
+            span.arg("exchange", compress::name(stats.exchange));
         }
     }
 

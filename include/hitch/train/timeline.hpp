@@ -54,6 +54,15 @@ public:
             args_ += "\":";
             args_ += std::to_string(value);
         }
+        /// Adds "key":"text" to the event's args (text is a name: no quotes or backslashes to escape).
+        void arg(std::string_view key, std::string_view text) {
+            if (!args_.empty()) args_ += ',';
+            args_ += '"';
+            args_ += key;
+            args_ += "\":\"";
+            args_ += text;
+            args_ += '"';
+        }
 
     private:
         timeline* owner_;
