@@ -58,16 +58,14 @@ TEST_CASE("pairing: a refused pairing chosen at run time names both and what goe
     using Catch::Matchers::Contains;
     REQUIRE_THROWS_MATCHES(
         hc::require_pairing(aggregation_path::allgather, exchange_shape::none, "topk", "binary_tree"),
-        hitch::config_error,
-        Catch::Matchers::Predicate<hitch::config_error>([](const hitch::config_error& e) {
+        hitch::config_error, Catch::Matchers::Predicate<hitch::config_error>([](const hitch::config_error& e) {
             const std::string w = e.what();
             return w.find("topk does not go with the schedule binary_tree") != std::string::npos &&
                    w.find("ring, recursive_doubling, hierarchical or automatic") != std::string::npos;
         }));
-    REQUIRE_THROWS_WITH(
-        hc::require_pairing(aggregation_path::compressed_ring, exchange_shape::recursive_doubling, "qsgd",
-                            "recursive_doubling"),
-        Contains("qsgd goes with ring, rabenseifner, hierarchical or automatic"));
+    REQUIRE_THROWS_WITH(hc::require_pairing(aggregation_path::compressed_ring, exchange_shape::recursive_doubling,
+                                            "qsgd", "recursive_doubling"),
+                        Contains("qsgd goes with ring, rabenseifner, hierarchical or automatic"));
     REQUIRE_NOTHROW(hc::require_pairing(aggregation_path::allreduce, exchange_shape::none, "fp16", "binary_tree"));
 }
 
@@ -93,8 +91,8 @@ TEST_CASE("exchange cost: the formulas of the file comment, by hand", "[compress
     CHECK(hd.latency_terms == 6);
     CHECK(hd.bandwidth_bytes == Approx(2.0 * 7 / 8 * m));
     // 6 ranks: 4 in the halving and doubling, 2 folded in and out (two rounds of the whole message more).
-    const hitch::cost_estimate hd6 = hc::exchange_cost(exchange_kind::compressed_halving_doubling,
-                                                       ar::level_shape::one_node(6), 1000000, m);
+    const hitch::cost_estimate hd6 =
+        hc::exchange_cost(exchange_kind::compressed_halving_doubling, ar::level_shape::one_node(6), 1000000, m);
     CHECK(hd6.latency_terms == 6);
     CHECK(hd6.bandwidth_bytes == Approx(2.0 * 3 / 4 * m + 2 * m));
     // Ranks on two nodes: a flat exchange pays the between-node constants for every round.
@@ -190,8 +188,9 @@ TEST_CASE("aggregate: automatic runs the exchange the model says is cheapest, on
     for (const double density : {0.001, 0.3}) {
         const hc::topk codec({.density = density});
         for (const int p : {2, 5, 8}) {
-            const exchange_kind want = hc::cheapest_exchange(aggregation_path::allgather, ar::level_shape::one_node(p),
-                                                             4099, static_cast<double>(codec.max_message_bytes(4099)), k);
+            const exchange_kind want =
+                hc::cheapest_exchange(aggregation_path::allgather, ar::level_shape::one_node(p), 4099,
+                                      static_cast<double>(codec.max_message_bytes(4099)), k);
             INFO("density " << density << ", " << p << " ranks: " << hc::name(want));
             hitch::comm::run_local(p, [&](local& comm) { CHECK(ran(comm, codec, schedule) == want); });
         }

@@ -46,8 +46,7 @@ struct exchange_choice {
     exchange_kind best = exchanges_of(path)[0];
     double best_s = std::numeric_limits<double>::infinity();
     for (const exchange_kind e : exchanges_of(path)) {
-        const bool by_node =
-            e == exchange_kind::compressed_hierarchical || e == exchange_kind::sparse_hierarchical;
+        const bool by_node = e == exchange_kind::compressed_hierarchical || e == exchange_kind::sparse_hierarchical;
         if (by_node && !shape.two_level()) continue;
         const double s = exchange_cost(e, shape, n, m).seconds(k);
         if (s < best_s) {

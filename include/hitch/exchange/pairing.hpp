@@ -84,7 +84,8 @@ concept shape_chosen_at_run_time = requires(const S& s) {
 /// The exchange a codec of `path` runs with a schedule of `shape`; nullopt where the pairing is not offered. For
 /// the all-reduce paths, the schedule's own all-reduce; for `automatic`, the choice is made per call
 /// (choose_exchange), so this gives the path's first exchange.
-[[nodiscard]] constexpr std::optional<exchange_kind> exchange_for(aggregation_path path, exchange_shape shape) noexcept {
+[[nodiscard]] constexpr std::optional<exchange_kind> exchange_for(aggregation_path path,
+                                                                  exchange_shape shape) noexcept {
     if (path == aggregation_path::allreduce) return exchange_kind::allreduce;
     if (path == aggregation_path::low_rank) return exchange_kind::low_rank;
     const bool ring = path == aggregation_path::compressed_ring;
@@ -125,8 +126,8 @@ concept shape_chosen_at_run_time = requires(const S& s) {
 template <class Codec, class Schedule>
 struct schedule_pairing {
     static constexpr aggregation_path path = aggregation_path_of<Codec>;
-    static constexpr bool offered = shape_chosen_at_run_time<Schedule> ||
-                                    exchange_for(path, exchange_shape_of<Schedule>).has_value();
+    static constexpr bool offered =
+        shape_chosen_at_run_time<Schedule> || exchange_for(path, exchange_shape_of<Schedule>).has_value();
     static_assert(offered || path != aggregation_path::compressed_ring,
                   "hitch::compress::aggregate: this codec is summed by the compressed ring (onebit, qsgd, terngrad "
                   "and their error_feedback): it goes with the ring, rabenseifner, hierarchical or automatic schedule, "
@@ -142,8 +143,8 @@ struct schedule_pairing {
 inline void require_pairing(aggregation_path path, exchange_shape shape, std::string_view codec_name,
                             std::string_view schedule_name) {
     if (exchange_for(path, shape)) return;
-    throw config_error(hitch::detail::concat("the codec ", codec_name, " does not go with the schedule ",
-                                             schedule_name, ": ", codec_name, " goes with ", schedules_for(path),
+    throw config_error(hitch::detail::concat("the codec ", codec_name, " does not go with the schedule ", schedule_name,
+                                             ": ", codec_name, " goes with ", schedules_for(path),
                                              " (docs/compression.md has the table)"));
 }
 
