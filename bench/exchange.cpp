@@ -87,7 +87,8 @@ rank_gradients make_gradients(const settings& s, int ranks, double max_density) 
     const data::dataset train = data::load_mnist(dir, data::split::train);
     const auto norm = data::normalization::of(train);
     const std::size_t warm_batch = 128, max_batch = std::max(warm_batch, s.batch);
-    nn::model<float> m = s.model == "cnn" ? nn::mnist_cnn<float>(max_batch, s.seed) : nn::mnist_mlp<float>(max_batch, s.seed);
+    nn::model<float> m =
+        s.model == "cnn" ? nn::mnist_cnn<float>(max_batch, s.seed) : nn::mnist_mlp<float>(max_batch, s.seed);
     nn::softmax_cross_entropy<float> loss(max_batch, train.classes);
     data::batch_loader<float> loader(train, norm, max_batch);
     data::sharded_sampler sampler(train.size(), 0, 1, s.seed);
@@ -306,8 +307,7 @@ int main(int argc, char** argv) {
         int most = 1;
         for (const int p : s.ranks) most = std::max(most, p);
         for (const int p : s.sim_ranks) most = std::max(most, p);
-        const rank_gradients grads =
-            make_gradients(s, most, *std::max_element(s.densities.begin(), s.densities.end()));
+        const rank_gradients grads = make_gradients(s, most, *std::max_element(s.densities.begin(), s.densities.end()));
         const std::vector<std::string> sparse{"allgather_ring", "sparse_recursive_doubling"};
         for (const int p : s.ranks) {
             for (const double d : s.densities) {
@@ -325,7 +325,8 @@ int main(int argc, char** argv) {
         for (const int p : s.sim_ranks) {
             for (const double d : s.densities) {
                 const overlap_figures o = overlap_of(grads, p, d);
-                const result ag = p <= 256 ? run_simulated(s, grads, p, "allgather_ring", d) : derived_allgather(grads, p, d);
+                const result ag =
+                    p <= 256 ? run_simulated(s, grads, p, "allgather_ring", d) : derived_allgather(grads, p, d);
                 print("simulated", s, grads, p, d, "allgather_ring", o, ag, ag.bytes_max);
                 for (const std::string e : {"sparse_recursive_doubling", "sparse_hierarchical"})
                     print("simulated", s, grads, p, d, e, o, run_simulated(s, grads, p, e, d), ag.bytes_max);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../time_scale.hpp"
 #include "hitch/comm/agree.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/comm/simulated.hpp"
@@ -63,7 +64,8 @@ void check_messages(const std::vector<std::string>& messages, const std::set<int
 TEST_CASE("comm::local: every rank names the ranks that did not come to a barrier or a gather",
           "[comm][local][faults]") {
     hitch::comm::local_options options;
-    options.timeout_s = 0.6;  // the roll call then listens 0.15 s: room for 8 threads on 2 busy cores
+    // The roll call then listens 0.15 s: room for 8 threads on 2 busy cores (more under a sanitizer).
+    options.timeout_s = hitch_test::scaled_seconds(0.6);
     for (int p = 2; p <= 8; ++p)
         for (const auto& absent : absences(p, false))
             for (const bool gather : {false, true}) {

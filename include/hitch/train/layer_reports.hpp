@@ -63,7 +63,10 @@ public:
                         "hitch::data_parallel::step: step ", step, " on rank ", rank,
                         ": gradient_ready was called for some layers but never for layer(s) ", missing));
             }
-            for (std::size_t k = 0; k < ready_.size(); ++k) unused_[k] = ready_[k] == 0 ? 1 : 0;
+            // reset() cleared every flag; only the unreported layers' flags are written, since the buckets of the
+            // reported ones may be packing on the overlap thread now, reading theirs.
+            for (std::size_t k = 0; k < ready_.size(); ++k)
+                if (ready_[k] == 0) unused_[k] = 1;
         }
         for (std::size_t k = 0; k < unused_.size(); ++k)
             if (unused_[k] == 0) used_in_window_[k] = 1;
