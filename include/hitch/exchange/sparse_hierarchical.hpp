@@ -27,12 +27,13 @@ namespace hitch::compress {
 /// nodes (see the file comment). `nodes` is the node of every rank of g (e.g. g.comm().node_layout()); every rank
 /// must pass the same layout (checked with the call's agreement).
 template <communicator C, compressor Codec, floating_element T>
-aggregation_stats aggregate_sparse_hierarchical(allreduce::group<C>& g, const Codec& codec,
-                                                aggregation_state<Codec>& s, tensor_view<T> bucket,
-                                                const node_layout& nodes, const aggregate_options& options = {}) {
+aggregation_stats aggregate_sparse_hierarchical(allreduce::group<C>& g, const Codec& codec, aggregation_state<Codec>& s,
+                                                tensor_view<T> bucket, const node_layout& nodes,
+                                                const aggregate_options& options = {}) {
     const int p = g.size(), me = g.rank();
     if (nodes.node_of_rank.size() != static_cast<std::size_t>(p))
-        throw config_error(hitch::detail::concat(detail::aggregate_who, ": sparse_hierarchical: nodes.node_of_rank has ",
+        throw config_error(hitch::detail::concat(detail::aggregate_who,
+                                                 ": sparse_hierarchical: nodes.node_of_rank has ",
                                                  nodes.node_of_rank.size(), " entries for a group of ", p, " ranks"));
     std::uint64_t layout_hash = 0xcbf29ce484222325ull;
     for (int node : nodes.node_of_rank) {

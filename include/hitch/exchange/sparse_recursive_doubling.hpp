@@ -65,9 +65,7 @@ public:
     sparse_messages(allreduce::transport<C>& t, std::size_t n) : t_(t), n_(n) {}
 
     /// Records a failure of this rank (code: encode_non_finite, encode_failed or sparse_corrupt).
-    void fail_here(std::uint8_t code) {
-        note(sparse_abort_flag | static_cast<std::uint64_t>(t_.rank()) << 8 | code);
-    }
+    void fail_here(std::uint8_t code) { note(sparse_abort_flag | static_cast<std::uint64_t>(t_.rank()) << 8 | code); }
     [[nodiscard]] bool failed() const noexcept { return failure_ != 0; }
     [[nodiscard]] std::uint64_t failure() const noexcept { return failure_; }
     [[nodiscard]] std::size_t sent_bytes() const noexcept { return sent_; }
@@ -101,19 +99,22 @@ public:
         }
         const bool out_ok = to >= 0 && (out_size & sparse_abort_flag) == 0;
         {
+            // An empty set has no payload message (the size said it all; the transport carries no empty ones).
             typename allreduce::transport<C>::template incoming<std::byte> rd;
             typename allreduce::transport<C>::outgoing sd;
-            if (in_ok) {
+            in_bytes_.clear();
+            if (in_ok && in_size != 0) {
                 in_bytes_.resize(static_cast<std::size_t>(in_size));
                 rd = t_.receive_into(from, 1, std::span<std::byte>(in_bytes_));
             }
-            if (out_ok) sd = t_.send(to, 1, std::span<const std::byte>(out_bytes_));
+            if (out_ok && !out_bytes_.empty()) sd = t_.send(to, 1, std::span<const std::byte>(out_bytes_));
             rd.wait(t_.limit());
             sd.wait(t_.limit());
             if (out_ok) sent_ += out_bytes_.size();
         }
         if (!in_ok || failure_ != 0) return false;
-        const std::uint8_t code = attempt([&] { read_sparse(in_bytes_, n_, *in, "hitch::compress::aggregate"); }, error);
+        const std::uint8_t code =
+            attempt([&] { read_sparse(in_bytes_, n_, *in, "hitch::compress::aggregate"); }, error);
         if (code != encode_ok) fail_here(code == encode_failed ? sparse_corrupt : code);
         return failure_ == 0;
     }
@@ -229,9 +230,9 @@ aggregation_stats run_sparse_exchange(allreduce::group<C>& g, const Codec& codec
         const auto code = static_cast<std::uint8_t>(failure & 0xffu);
         const std::string text = hitch::detail::concat(
             aggregate_who, ": ", schedule, ": rank ", rank,
-            code == sparse_corrupt ? " received a corrupt sparse set"
-                                   : (code == encode_non_finite ? " could not encode (NaN or an infinity)"
-                                                                : " could not encode"),
+            code == sparse_corrupt
+                ? " received a corrupt sparse set"
+                : (code == encode_non_finite ? " could not encode (NaN or an infinity)" : " could not encode"),
             "; every rank stops here and no state changed");
         if (code == encode_non_finite) throw non_finite_error(text);
         if (code == sparse_corrupt) throw corrupt_message_error(text);

@@ -77,8 +77,7 @@ inline void merge(const sparse_set& a, const sparse_set& b, std::size_t n, spars
         if (o.dense) {
             for (std::size_t i = 0; i < n; ++i) out.value[i] = d.value[i] + o.value[i];
         } else {
-            for (std::size_t j = 0; j < o.index.size(); ++j)
-                out.value[o.index[j]] = d.value[o.index[j]] + o.value[j];
+            for (std::size_t j = 0; j < o.index.size(); ++j) out.value[o.index[j]] = d.value[o.index[j]] + o.value[j];
         }
         return;
     }
@@ -131,9 +130,9 @@ inline void read_sparse(std::span<const std::byte> in, std::size_t n, sparse_set
         return;
     }
     if (!plausible_wire_bytes(in.size(), n))
-        throw corrupt_message_error(hitch::detail::concat(who, ": a sparse set of ", in.size(),
-                                                          " bytes over ", n, " elements: the size is neither 4 n (dense) "
-                                                                             "nor a multiple of 8 below it (sparse)"));
+        throw corrupt_message_error(hitch::detail::concat(who, ": a sparse set of ", in.size(), " bytes over ", n,
+                                                          " elements: the size is neither 4 n (dense) "
+                                                          "nor a multiple of 8 below it (sparse)"));
     const std::size_t k = in.size() / 8;
     out.dense = false;
     out.index.resize(k);
