@@ -77,8 +77,7 @@ TEST_CASE("sparse exchanges: random data equals the serial simulation bit for bi
                     sparse_matches_simulation(comm, hc::threshold({.tau = 1e-3f}), n, x, 2);
                     sparse_matches_simulation(comm, hc::dgc({.final_density = 0.02}), n, x, 3);
                     sparse_matches_simulation(comm, hc::dgc({.final_density = 0.4}), n, x, 3);
-                    sparse_matches_simulation(comm, hc::error_feedback<hc::topk>(hc::topk({.density = 0.05})), n, x,
-                                              3);
+                    sparse_matches_simulation(comm, hc::error_feedback<hc::topk>(hc::topk({.density = 0.05})), n, x, 3);
                 }));
             }
 }

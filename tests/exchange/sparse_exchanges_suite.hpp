@@ -27,9 +27,8 @@ struct sparse_exchange {
     hitch::node_layout layout{};
 
     template <hitch::communicator C, class Codec, class T>
-    hc::aggregation_stats operator()(hitch::allreduce::group<C>& g, const Codec& codec,
-                                     hc::aggregation_state<Codec>& s, hitch::tensor_view<T> bucket,
-                                     const hc::aggregate_options& o = {}) const {
+    hc::aggregation_stats operator()(hitch::allreduce::group<C>& g, const Codec& codec, hc::aggregation_state<Codec>& s,
+                                     hitch::tensor_view<T> bucket, const hc::aggregate_options& o = {}) const {
         if (hierarchical) return hc::aggregate_sparse_hierarchical(g, codec, s, bucket, layout, o);
         return hc::aggregate_sparse_recursive_doubling(g, codec, s, bucket, o);
     }
@@ -78,9 +77,9 @@ inline sim_set sim_merge(const sim_set& a, const sim_set& b) {
 }
 
 struct simulation {
-    std::vector<sim_set> sets;        // per virtual rank, at the end
-    std::vector<std::size_t> bytes;   // sent per virtual rank
-    bool any_dense = false;           // some set turned (or started) dense
+    std::vector<sim_set> sets;       // per virtual rank, at the end
+    std::vector<std::size_t> bytes;  // sent per virtual rank
+    bool any_dense = false;          // some set turned (or started) dense
 };
 
 inline void sim_send(simulation& s, int from, const sim_set& what) {
@@ -173,8 +172,8 @@ bool sparse_matches_simulation(C& comm, const Codec& codec, std::size_t n, const
     bool dense = false;
     std::vector<std::byte> m;
     for (int t = 0; t < steps; ++t) {
-        const std::string what = hitch::detail::concat(Codec::name, " ", x.label(), ", p = ", p, ", n = ", n,
-                                                       ", step ", t);
+        const std::string what =
+            hitch::detail::concat(Codec::name, " ", x.label(), ", p = ", p, ", n = ", n, ", step ", t);
         auto bucket = data_of(n, t, me, false);
         const auto stats = x(g, codec, st, hitch::tensor_view<float>(bucket));
         std::vector<std::vector<float>> decoded;
@@ -266,13 +265,16 @@ void sparse_failure_reaches_every_rank(C& comm, const Codec& codec, std::size_t 
             require(std::string(e.what()).find(std::to_string(p - 1)) != std::string::npos,
                     std::string("the error names the failing rank: ") + e.what());
     }
-    require(threw, hitch::detail::concat(Codec::name, " ", x.label(), ": rank ", me, " did not throw non_finite_error"));
-    require(state_of(st) == before, hitch::detail::concat(Codec::name, " ", x.label(), ": rank ", me, "'s state changed"));
+    require(threw,
+            hitch::detail::concat(Codec::name, " ", x.label(), ": rank ", me, " did not throw non_finite_error"));
+    require(state_of(st) == before,
+            hitch::detail::concat(Codec::name, " ", x.label(), ": rank ", me, "'s state changed"));
     bucket = data_of(n, 2, me, false);
     other = bucket;
     x(g, codec, st, hitch::tensor_view<float>(bucket));
     x(g, codec, clean, hitch::tensor_view<float>(other));
-    require(same_values(bucket, other), hitch::detail::concat(Codec::name, ": the call after a failure is a first call"));
+    require(same_values(bucket, other),
+            hitch::detail::concat(Codec::name, ": the call after a failure is a first call"));
 }
 
 /// Ranks with different bucket sizes: mismatch_error on every rank, before any encode.

@@ -61,13 +61,14 @@ aggregation_stats aggregate_sparse_hierarchical(allreduce::group<C>& g, const Co
                 msg.step(-1, nullptr, leader, &set);
                 return;
             }
-            detail::sparse_set incoming, merged;
+            detail::sparse_set& incoming = s.sparse_received;
+            detail::sparse_set& merged = s.sparse_merged;
             for (std::size_t j = 1; j < members.size(); ++j)
                 if (msg.step(-1, nullptr, members[j], &incoming)) {
                     detail::merge(set, incoming, n, merged);
                     std::swap(set, merged);
                 }
-            detail::sparse_recursive_doubling(msg, std::span<const int>(leaders), me, n, set);
+            detail::sparse_recursive_doubling(msg, std::span<const int>(leaders), me, n, set, incoming, merged);
             for (std::size_t j = 1; j < members.size(); ++j) msg.step(members[j], &set, -1, nullptr);
         });
 }

@@ -62,7 +62,10 @@ inline constexpr std::uint64_t sparse_abort_flag = std::uint64_t{1} << 63;
 template <communicator C>
 class sparse_messages {
 public:
-    sparse_messages(allreduce::transport<C>& t, std::size_t n) : t_(t), n_(n) {}
+    /// `out_bytes` and `in_bytes`: wire buffers to reuse.
+    sparse_messages(allreduce::transport<C>& t, std::size_t n, std::vector<std::byte>& out_bytes,
+                    std::vector<std::byte>& in_bytes)
+        : t_(t), n_(n), out_bytes_(out_bytes), in_bytes_(in_bytes) {}
 
     /// Records a failure of this rank (code: encode_non_finite, encode_failed or sparse_corrupt).
     void fail_here(std::uint8_t code) { note(sparse_abort_flag | static_cast<std::uint64_t>(t_.rank()) << 8 | code); }
@@ -128,15 +131,16 @@ private:
     std::size_t n_;
     std::uint64_t failure_ = 0;
     std::size_t sent_ = 0;
-    std::vector<std::byte> out_bytes_, in_bytes_;
+    std::vector<std::byte>& out_bytes_;
+    std::vector<std::byte>& in_bytes_;
 };
 
 /// Recursive doubling of `set` among `ranks` (ascending, this rank among them); on return every one of them holds
 /// the merge of all their sets. Ranks past the largest power of two m2 first hand their set to rank index - m2 and
-/// get the result back from it at the end.
+/// get the result back from it at the end. `incoming` and `merged` are workspace.
 template <communicator C>
 void sparse_recursive_doubling(sparse_messages<C>& msg, std::span<const int> ranks, int me, std::size_t n,
-                               sparse_set& set) {
+                               sparse_set& set, sparse_set& incoming, sparse_set& merged) {
     const std::size_t m = ranks.size();
     if (m <= 1) return;
     const auto idx = static_cast<std::size_t>(std::find(ranks.begin(), ranks.end(), me) - ranks.begin());
@@ -147,7 +151,6 @@ void sparse_recursive_doubling(sparse_messages<C>& msg, std::span<const int> ran
         msg.step(-1, nullptr, partner, &set);
         return;
     }
-    sparse_set incoming, merged;
     const bool folds = idx + m2 < m;
     if (folds && msg.step(-1, nullptr, ranks[idx + m2], &incoming)) {
         merge(set, incoming, n, merged);
@@ -194,14 +197,14 @@ aggregation_stats run_sparse_exchange(allreduce::group<C>& g, const Codec& codec
     bool encoded = false;
     std::uint64_t failure = 0;
     std::exception_ptr error;
-    sparse_set set;
+    sparse_set& set = s.sparse_own;
     const auto take_back = [&] {
         if constexpr (requires { codec.undo(s.codec); })
             if (encoded) codec.undo(s.codec);
     };
     try {
         g.run(call, describe, [&](allreduce::transport<C>& t, const allreduce::call_descriptor&) {
-            sparse_messages<C> msg(t, n);
+            sparse_messages<C> msg(t, n, s.sparse_out, s.sparse_in);
             // Encoding after the agreement check leaves the state untouched when the ranks disagree.
             const std::uint8_t code = attempt(
                 [&] {
@@ -255,7 +258,8 @@ aggregation_stats aggregate_sparse_recursive_doubling(allreduce::group<C>& g, co
         [&](detail::sparse_messages<C>& msg, detail::sparse_set& set) {
             std::vector<int> all(static_cast<std::size_t>(g.size()));
             for (int r = 0; r < g.size(); ++r) all[static_cast<std::size_t>(r)] = r;
-            detail::sparse_recursive_doubling(msg, std::span<const int>(all), g.rank(), s.count, set);
+            detail::sparse_recursive_doubling(msg, std::span<const int>(all), g.rank(), s.count, set, s.sparse_received,
+                                              s.sparse_merged);
         });
 }
 
