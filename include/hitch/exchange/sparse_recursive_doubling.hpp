@@ -102,7 +102,8 @@ public:
         }
         const bool out_ok = to >= 0 && (out_size & sparse_abort_flag) == 0;
         {
-            // An empty set has no payload message (the size said it all; the transport carries no empty ones).
+            // An empty set has no payload message: the size says it all, and on the direct path a receive_into
+            // an empty vector (data() == nullptr) is taken for a plain receive that never frees its sender.
             typename allreduce::transport<C>::template incoming<std::byte> rd;
             typename allreduce::transport<C>::outgoing sd;
             in_bytes_.clear();
