@@ -5,8 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "../allreduce/laid_out.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/compress/dgc.hpp"
 #include "hitch/compress/error_feedback.hpp"
@@ -143,6 +145,52 @@ TEST_CASE("sparse exchanges: a layout that does not fit the group is a config_er
             hitch_test::require(refused, "a bad layout is refused naming the field");
         }
     }));
+}
+
+TEST_CASE("sparse exchanges: hierarchical over a communicator's layout sends across nodes from leaders only",
+          "[compress][sparse]") {
+    const std::vector<std::vector<int>> worlds = {{0, 1, 0, 1}, {0, 0, 1, 1, 2}, {1, 0, 0, 1, 2, 2}, {0, 1, 2}};
+    for (const auto& nodes : worlds) {
+        auto map = std::make_shared<hitch_test::node_map>(nodes);
+        const int p = static_cast<int>(nodes.size());
+        INFO(p << " ranks");
+        REQUIRE_NOTHROW(run_local(p, [&](local& c) {
+            hitch_test::laid_out comm(c.split(0, c.rank()), map);
+            const hitch::node_layout layout = comm.node_layout();
+            hitch::allreduce::group g(comm);
+            const int me = g.rank();
+            const std::size_t n = 1031;
+            const hc::topk codec({.density = 0.02});
+            auto st = hc::make_aggregation_state(codec, n);
+            auto bucket = hitch_test::data_of(n, 0, me, false);
+            // Messages only (the wrapper sees what crosses), and no agreement round, which every rank sends.
+            hc::aggregate_options o;
+            o.call.shared_memory = false;
+            o.call.check = false;
+            const long long before = map->cross_bytes[static_cast<std::size_t>(me)];
+            hc::aggregate_sparse_hierarchical(g, codec, st, hitch::tensor_view<float>(bucket), layout, o);
+            const long long crossed = map->cross_bytes[static_cast<std::size_t>(me)] - before;
+            // The simulation's bytes of this rank, less what a leader sends back inside its node.
+            std::vector<std::vector<float>> decoded;
+            std::vector<std::byte> m;
+            for (int r = 0; r < p; ++r) {
+                auto s = hitch_test::state_for_rank(codec, n, r);
+                const auto gr = hitch_test::data_of(n, 0, r, false);
+                codec.encode(hitch::tensor_view<const float>(gr), s, m);
+                decoded.emplace_back(n);
+                codec.decode(m, hitch::tensor_view<float>(decoded.back()));
+            }
+            const auto sim = hitch_test::simulate_sparse(decoded, {true, layout});
+            const auto members = layout.ranks_on(layout.node_of(me));
+            const bool leader = members.front() == me;
+            const std::size_t back =
+                leader ? (members.size() - 1) * (8 + sim.sets[static_cast<std::size_t>(me)].bytes()) : 0;
+            const auto want = leader ? static_cast<long long>(sim.bytes[static_cast<std::size_t>(me)] - back) : 0LL;
+            hitch_test::require(crossed == want, hitch::detail::concat("rank ", me, " sent ", crossed,
+                                                                       " bytes across nodes, want ", want));
+            hitch_test::require(hitch_test::same_values(bucket, sim.sets[static_cast<std::size_t>(me)].v), "result");
+        }));
+    }
 }
 
 namespace {
