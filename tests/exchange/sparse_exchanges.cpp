@@ -4,6 +4,7 @@
 // the sparse set's own merge and wire checks.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -121,12 +122,28 @@ TEST_CASE("sparse exchanges: a rank with NaN stops every rank and changes no sta
 TEST_CASE("sparse exchanges: ranks with different bucket sizes get mismatch_error", "[compress][sparse][failure]") {
     for (const auto& x : exchanges_for(3)) {
         INFO(x.label());
-        bool all = true;
+        std::atomic<bool> all = true;
         REQUIRE_NOTHROW(run_local(3, [&](local& comm) {
             if (!hitch_test::sparse_mismatch_everywhere(comm, hc::topk({.density = 0.1}), x)) all = false;
         }));
         CHECK(all);
     }
+}
+
+TEST_CASE("sparse exchanges: ranks that pass different layouts get mismatch_error", "[compress][sparse][failure]") {
+    std::atomic<bool> all = true;
+    REQUIRE_NOTHROW(run_local(3, [&](local& comm) {
+        hitch::allreduce::group g(comm);
+        const hc::topk codec({.density = 0.1});
+        auto st = hc::make_aggregation_state(codec, 100);
+        auto bucket = hitch_test::data_of(100, 0, comm.rank(), false);
+        const auto layout = comm.rank() == 0 ? layout_of({0, 0, 1}) : layout_of({0, 1, 1});
+        try {
+            hc::aggregate_sparse_hierarchical(g, codec, st, hitch::tensor_view<float>(bucket), layout);
+            all = false;
+        } catch (const hitch::mismatch_error&) {}
+    }));
+    CHECK(all);
 }
 
 TEST_CASE("sparse exchanges: a layout that does not fit the group is a config_error", "[compress][sparse][failure]") {
