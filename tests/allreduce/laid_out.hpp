@@ -40,7 +40,8 @@ public:
         : forwarding(std::move(inner), std::move(map)),
           world_rank_(world_rank),
           members_(hitch::comm::allgather_value(inner_, world_rank)) {}
-    laid_out(hitch::comm::local inner, std::shared_ptr<node_map> map) : laid_out(inner.split(0, inner.rank()), map, inner.rank()) {}
+    laid_out(hitch::comm::local inner, std::shared_ptr<node_map> map)
+        : laid_out(inner.split(0, inner.rank()), map, inner.rank()) {}
 
     template <class T>
     [[nodiscard]] request isend(std::span<const T> data, int peer, int tag) {
