@@ -14,6 +14,7 @@
 #include "hitch/allreduce/group.hpp"
 #include "hitch/compress/error_feedback.hpp"
 #include "hitch/concepts/compressor.hpp"
+#include "hitch/exchange/detail/sparse_set.hpp"
 
 namespace hitch::compress {
 
@@ -135,6 +136,11 @@ struct aggregation_state {
     std::vector<std::byte> message;
     std::vector<float> accumulator, scratch, p, q;
     std::vector<std::vector<std::byte>> messages;
+    // sparse exchanges
+    /// This rank's sparse set, a received one and a merge's result, and the wire buffers, kept between calls so a
+    /// bucket's sparse exchange reuses its memory (exchange/sparse_recursive_doubling.hpp).
+    detail::sparse_set sparse_own, sparse_received, sparse_merged;
+    std::vector<std::byte> sparse_out, sparse_in;
 };
 
 /// What one call did.
