@@ -135,6 +135,9 @@ struct aggregation_state {
     std::vector<std::byte> message;
     std::vector<float> accumulator, scratch, p, q;
     std::vector<std::vector<std::byte>> messages;
+    // compressed shapes
+    /// A decoded half (compressed_halving_doubling); the node's exact sum at its leader (compressed_hierarchical).
+    std::vector<float> shape_values;
 };
 
 /// What one call did.

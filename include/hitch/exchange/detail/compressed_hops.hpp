@@ -147,7 +147,7 @@ public:
     /// Sends `out` to `to` while receiving in.size() messages from `from` (-1: none). True when the step carried
     /// payloads and no failure is known.
     bool exchange(int to, std::span<const std::vector<std::byte>> out, int from, std::span<std::vector<std::byte>> in) {
-        const bool sending = to >= 0, receiving = from >= 0;
+        const bool sending = to >= 0 && !out.empty(), receiving = from >= 0 && !in.empty();
         out_words_.clear();
         for (const auto& m : out) out_words_.push_back(status_.word(m.size()));
         in_words_.assign(receiving ? in.size() : 0, 0);
