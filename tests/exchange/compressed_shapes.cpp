@@ -2,7 +2,7 @@
 // against their serial simulations (onebit and error_feedback<qsgd> with hop residuals, qsgd and terngrad
 // without), conservation of inputs and residuals, the bytes each rank sends; hierarchical over interleaved, uneven
 // and non-consecutive node layouts, one rank per node (the ring's bits) and one node (the exact sum); mismatched
-// bucket sizes, bad layouts, and a rank with NaN (every rank throws, no state changes).
+// bucket sizes, bad layouts, and a rank with NaN (every rank throws, no state changes); double buckets and the mean.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -153,6 +153,34 @@ TEST_CASE("compressed shapes: mismatched sizes, bad layouts and NaN fail on ever
                 threw = std::string(e.what()).find("nodes.") != std::string::npos;
             }
             hitch_test::require(threw, "a bad layout is a config_error naming nodes.*");
+        }
+    }));
+}
+
+TEST_CASE("compressed shapes: a double bucket and the mean give the float bucket's sum, converted and divided",
+          "[compress][aggregate][shapes]") {
+    REQUIRE_NOTHROW(run_local(3, [](local& comm) {
+        hitch::allreduce::group g(comm);
+        const hc::error_feedback<hc::qsgd> codec;
+        const node_layout nodes = layout({0, 1, 0});
+        for (shape sh : {shape::halving_doubling, shape::hierarchical}) {
+            auto sf = hc::make_aggregation_state(codec, 777), sd = sf, sm = sf;
+            for (int t = 0; t < 2; ++t) {
+                auto f = hitch_test::data_of(777, t, comm.rank(), false), m = f;
+                std::vector<double> d(f.begin(), f.end());
+                hitch_test::run_shape(sh, g, codec, sf, f, nodes);
+                hitch_test::run_shape(sh, g, codec, sd, d, nodes);
+                hc::aggregate_options mean;
+                mean.average = true;
+                if (sh == shape::halving_doubling)
+                    hc::aggregate_compressed_halving_doubling(g, codec, sm, hitch::tensor_view<float>(m), mean);
+                else
+                    hc::aggregate_compressed_hierarchical(g, codec, sm, hitch::tensor_view<float>(m), nodes, mean);
+                for (std::size_t i = 0; i < f.size(); ++i) {
+                    hitch_test::require(d[i] == static_cast<double>(f[i]), "double bucket equals the float one");
+                    hitch_test::require(m[i] == f[i] * (1.0f / 3.0f), "the mean is the sum divided by p");
+                }
+            }
         }
     }));
 }
