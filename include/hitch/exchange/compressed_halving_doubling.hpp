@@ -35,7 +35,6 @@
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/core/tensor.hpp"
 #include "hitch/exchange/aggregation.hpp"
-#include "hitch/exchange/compressed_ring.hpp"
 #include "hitch/exchange/detail/bucket.hpp"
 #include "hitch/exchange/detail/compressed_hops.hpp"
 
@@ -72,8 +71,7 @@ aggregation_stats aggregate_compressed_halving_doubling(allreduce::group<C>& g, 
     s.messages.resize(static_cast<std::size_t>(p2));
     aggregation_stats stats{aggregation_path::compressed_ring, exchange_kind::compressed_halving_doubling, 0, 0};
     detail::exchange_status status(me);
-    const allreduce::call_options call =
-        detail::compressed_call<T, typename detail::hops<Codec>::codec_type>(options, n);
+    const allreduce::call_options call = detail::compressed_call<typename detail::hops<Codec>::codec_type>(options, n);
     const auto range = [&](int first, int last) { return allreduce::partition_range(n, p2, first, last); };
     const auto per_call = static_cast<std::uint64_t>(2 * p2);
 

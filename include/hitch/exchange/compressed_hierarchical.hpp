@@ -36,7 +36,6 @@
 #include "hitch/core/node_layout.hpp"
 #include "hitch/core/tensor.hpp"
 #include "hitch/exchange/aggregation.hpp"
-#include "hitch/exchange/compressed_ring.hpp"
 #include "hitch/exchange/detail/bucket.hpp"
 #include "hitch/exchange/detail/compressed_hops.hpp"
 
@@ -99,7 +98,7 @@ aggregation_stats aggregate_compressed_hierarchical(allreduce::group<C>& g, cons
     s.messages.resize(static_cast<std::size_t>(q));
     aggregation_stats stats{aggregation_path::compressed_ring, exchange_kind::compressed_hierarchical, 0, 0};
     detail::exchange_status status(me);
-    const allreduce::call_options call = detail::compressed_call<T, typename detail::hops<Codec>::codec_type>(
+    const allreduce::call_options call = detail::compressed_call<typename detail::hops<Codec>::codec_type>(
         options, n, detail::layout_fingerprint(nodes));
     const std::span<std::vector<std::byte>> all(s.messages.data(), s.messages.size());
 

@@ -13,54 +13,20 @@
 // holds all of its hop residuals, and sum over ranks of (input + old residual) = result + sum of new residuals.
 
 #include <cstddef>
-#include <cstdint>
 #include <numeric>
 #include <span>
-#include <string_view>
 #include <vector>
 
 #include "hitch/allreduce/group.hpp"
-#include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/concepts/compressor.hpp"
-#include "hitch/core/dtype.hpp"
 #include "hitch/core/tensor.hpp"
 #include "hitch/exchange/aggregation.hpp"
 #include "hitch/exchange/detail/bucket.hpp"
 #include "hitch/exchange/detail/compressed_hops.hpp"
 
 namespace hitch::compress {
-
-namespace detail {
-
-/// The descriptor every compressed exchange checks across ranks: an all-reduce of n elements of T, the codec and
-/// bucket size in the fingerprint, and the exchange's name as the schedule.
-template <class T, class HopCodec>
-[[nodiscard]] allreduce::call_options compressed_call(const aggregate_options& options, std::size_t n,
-                                                      std::uint64_t extra = 0) {
-    allreduce::call_options call = options.call;
-    call.fingerprint ^= 0x2545f4914f6cdd1dull * (n + 1) ^ static_cast<std::uint64_t>(HopCodec::codec_id) ^ extra;
-    return call;
-}
-
-template <class T>
-[[nodiscard]] auto compressed_descriptor(std::size_t n, const allreduce::call_options& call,
-                                         std::string_view schedule) {
-    return [n, fingerprint = call.fingerprint, schedule] {
-        allreduce::call_descriptor d;
-        d.operation = static_cast<std::uint8_t>(allreduce::operation::allreduce);
-        d.count = n;
-        d.type = static_cast<std::uint8_t>(dtype_of<T>());
-        d.op = static_cast<std::uint8_t>(allreduce::reduce_op::sum);
-        d.root = -1;
-        d.fingerprint = fingerprint;
-        d.set_schedule(schedule);
-        return d;
-    };
-}
-
-}  // namespace detail
 
 /// The compression-aware ring (see the file comment). For ring_compressible codecs and their error_feedback.
 template <communicator C, compressor Codec, floating_element T>
@@ -75,8 +41,7 @@ aggregation_stats aggregate_ring(allreduce::group<C>& g, const Codec& codec, agg
     s.accumulator.resize(n);
     aggregation_stats stats{aggregation_path::compressed_ring, exchange_kind::compressed_ring, 0, 0};
     detail::exchange_status status(g.rank());
-    const allreduce::call_options call =
-        detail::compressed_call<T, typename detail::hops<Codec>::codec_type>(options, n);
+    const allreduce::call_options call = detail::compressed_call<typename detail::hops<Codec>::codec_type>(options, n);
     g.run(call, detail::compressed_descriptor<T>(n, call, "compressed_ring"),
           [&](allreduce::transport<C>& t, const allreduce::call_descriptor&) {
               detail::hop_link<C> link(t, status);

@@ -2,7 +2,8 @@
 // What the compressed exchanges that re-encode in transit share (the ring, halving-doubling, hierarchical): the
 // codec, state and residual each hop encodes with; a fresh hop state per encoded range, seeded per call; the
 // failure protocol, where a rank's status travels in the size words that precede every payload; the link that
-// sends sizes then payloads; and the compression-aware ring over a list of participating ranks.
+// sends sizes then payloads; the call's descriptor; and the compression-aware ring over a list of participating
+// ranks.
 
 #include <cstddef>
 #include <cstdint>
@@ -15,9 +16,12 @@
 #include <utility>
 #include <vector>
 
+#include "hitch/allreduce/group.hpp"
 #include "hitch/allreduce/partition.hpp"
+#include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/concepts/compressor.hpp"
+#include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/tensor.hpp"
 #include "hitch/exchange/aggregation.hpp"
@@ -90,6 +94,32 @@ void decode_blocks(const hops<Codec>& h, const std::vector<std::vector<std::byte
         const allreduce::block b = allreduce::partition(out.size(), parts, c);
         h.decode(std::span<const std::byte>(messages[static_cast<std::size_t>(c)]), out.data() + b.offset, b.count);
     }
+}
+
+/// The descriptor every compressed exchange checks across ranks: an all-reduce of n elements of T, the codec and
+/// bucket size in the fingerprint, and the exchange's name as the schedule.
+template <class HopCodec>
+[[nodiscard]] allreduce::call_options compressed_call(const aggregate_options& options, std::size_t n,
+                                                      std::uint64_t extra = 0) {
+    allreduce::call_options call = options.call;
+    call.fingerprint ^= 0x2545f4914f6cdd1dull * (n + 1) ^ static_cast<std::uint64_t>(HopCodec::codec_id) ^ extra;
+    return call;
+}
+
+template <class T>
+[[nodiscard]] auto compressed_descriptor(std::size_t n, const allreduce::call_options& call,
+                                         std::string_view schedule) {
+    return [n, fingerprint = call.fingerprint, schedule] {
+        allreduce::call_descriptor d;
+        d.operation = static_cast<std::uint8_t>(allreduce::operation::allreduce);
+        d.count = n;
+        d.type = static_cast<std::uint8_t>(dtype_of<T>());
+        d.op = static_cast<std::uint8_t>(allreduce::reduce_op::sum);
+        d.root = -1;
+        d.fingerprint = fingerprint;
+        d.set_schedule(schedule);
+        return d;
+    };
 }
 
 /// This rank's status in an exchange and the first failure it heard of. A failure travels in place of the size
