@@ -141,6 +141,9 @@ struct aggregation_state {
     /// bucket's sparse exchange reuses its memory (exchange/sparse_recursive_doubling.hpp).
     detail::sparse_set sparse_own, sparse_received, sparse_merged;
     std::vector<std::byte> sparse_out, sparse_in;
+    // compressed shapes
+    /// A decoded half (compressed_halving_doubling); the node's exact sum at its leader (compressed_hierarchical).
+    std::vector<float> shape_values;
 };
 
 /// What one call did.
