@@ -263,7 +263,7 @@ void ring_matches_references(C& comm, const Codec& codec, std::size_t n, Bound&&
         for (int r = 0; r < p; ++r) inputs.push_back(data_of(n, t, r, false));
         const auto old_res = residuals;
         auto bucket = inputs[static_cast<std::size_t>(me)];
-        const auto stats = hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket));
+        const auto stats = hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket), hitch::allreduce::ring{});
         require(stats.path == hc::aggregation_path::compressed_ring, "path");
         std::vector<double> hop_bound;
         const auto sim =
@@ -343,7 +343,7 @@ void ring_is_unbiased(C& comm, const Codec& codec, std::size_t n, int steps) {
     std::vector<double> sum(3, 0.0), sum2(3, 0.0);
     for (int t = 0; t < steps; ++t) {
         auto bucket = data_of(n, 0, me, false);
-        hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket));
+        hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket), hitch::allreduce::ring{});
         for (std::size_t k = 0; k < 3; ++k) {
             double z = 0;
             for (std::size_t i = 0; i < n; ++i) z += w[k][i] * (bucket[i] - truth[i]);
