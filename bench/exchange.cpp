@@ -56,6 +56,8 @@ struct settings {
     std::string model = "mlp";
     std::string data_dir;
     std::size_t warmup_steps = 200;
+    std::size_t ef_steps = 0;
+    double ef_density = 0.01;
     std::size_t batch = 32;
     std::vector<int> ranks{2, 4};
     std::vector<int> sim_ranks{16, 64, 256, 1024};
@@ -124,14 +126,53 @@ rank_gradients make_gradients(const settings& s, int ranks, double max_density) 
     const auto keep = static_cast<std::size_t>(std::ceil(max_density * static_cast<double>(out.n)));
     std::vector<float> flat(out.n);
     std::vector<std::uint32_t> order(out.n);
-    for (int r = 0; r < ranks; ++r) {
-        next(s.batch);
-        gradient();
+    const auto flatten_gradient = [&] {
         std::size_t at = 0;
         for (const auto& p : m.parameters()) {
             std::copy(p.gradient.begin(), p.gradient.end(), flat.begin() + static_cast<std::ptrdiff_t>(at));
             at += p.gradient.size();
         }
+    };
+    // Data-parallel training with error-feedback top-k at --ef-density over `ranks` ranks: each rank adds its
+    // residual to its gradient, sends the top-k of that, keeps the rest; the model steps on the mean of what was
+    // sent. The ranks' residuals then hold what they have not sent yet, and what they select next overlaps as it
+    // does in such a run.
+    std::vector<std::vector<float>> residual(s.ef_steps > 0 ? static_cast<std::size_t>(ranks) : 0);
+    for (auto& r : residual) r.assign(out.n, 0.0f);
+    const hc::topk ef_codec({.density = s.ef_density});
+    for (std::size_t step = 0; step < s.ef_steps; ++step) {
+        std::vector<float> mean(out.n, 0.0f);
+        for (int r = 0; r < ranks; ++r) {
+            next(s.batch);
+            gradient();
+            flatten_gradient();
+            auto& res = residual[static_cast<std::size_t>(r)];
+            for (std::size_t i = 0; i < out.n; ++i) res[i] += flat[i];
+            auto st = ef_codec.make_state(out.n);
+            std::vector<std::byte> message;
+            ef_codec.encode(hitch::tensor_view<const float>(res.data(), res.size()), st, message);
+            std::vector<float> sent(out.n, 0.0f);
+            ef_codec.decode(message, hitch::tensor_view<float>(sent));
+            for (std::size_t i = 0; i < out.n; ++i) {
+                res[i] -= sent[i];
+                mean[i] += sent[i] / static_cast<float>(ranks);
+            }
+        }
+        std::size_t at = 0;
+        for (std::size_t k = 0; k < m.parameters().size(); ++k) {
+            const auto& p = m.parameters()[k];
+            for (std::size_t i = 0; i < p.value.size(); ++i, ++at) {
+                velocity[k][i] = 0.9f * velocity[k][i] + mean[at];
+                p.value[i] -= 0.05f * velocity[k][i];
+            }
+        }
+    }
+    for (int r = 0; r < ranks; ++r) {
+        next(s.batch);
+        gradient();
+        flatten_gradient();
+        if (s.ef_steps > 0)  // what an error-feedback rank compresses: its gradient plus its residual
+            for (std::size_t i = 0; i < out.n; ++i) flat[i] += residual[static_cast<std::size_t>(r)][i];
         std::iota(order.begin(), order.end(), 0u);
         std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
                          [&](std::uint32_t a, std::uint32_t b) { return std::fabs(flat[a]) > std::fabs(flat[b]); });
@@ -187,10 +228,9 @@ double exchange_once(ar::group<C>& g, const std::string& exchange, double densit
         auto st = hc::make_aggregation_state(codec, bucket.size());
         return static_cast<double>(hc::aggregate(g, codec, st, hitch::tensor_view<float>(bucket), schedule).sent_bytes);
     };
-    const hc::topk topk({.density = density});
-    if (exchange == "allgather_ring") return run(topk, ar::ring{});
-    if (exchange == "sparse_recursive_doubling") return run(topk, ar::recursive_doubling{});
-    if (exchange == "sparse_hierarchical") return run(topk, ar::hierarchical<>{});
+    if (exchange == "allgather_ring") return run(hc::topk({.density = density}), ar::ring{});
+    if (exchange == "sparse_recursive_doubling") return run(hc::topk({.density = density}), ar::recursive_doubling{});
+    if (exchange == "sparse_hierarchical") return run(hc::topk({.density = density}), ar::hierarchical<>{});
     if (exchange == "compressed_ring") return run(hc::qsgd{}, ar::ring{});
     if (exchange == "compressed_halving_doubling") return run(hc::qsgd{}, ar::rabenseifner{});
     if (exchange == "compressed_hierarchical") return run(hc::qsgd{}, ar::hierarchical<>{});
@@ -274,10 +314,10 @@ void print(const char* comm, const settings& s, const rank_gradients& g, int p, 
     std::printf(
         "{\"bench\":\"exchange\",\"comm\":\"%s\",\"isa\":\"%s\",\"model\":\"%s\",\"elements\":%zu,\"p\":%d,"
         "\"density\":%g,\"exchange\":\"%s\",\"union_density\":%.5f,\"overlap\":%.4f,\"seconds\":%.6g,"
-        "\"bytes_max\":%.0f,\"bytes_mean\":%.0f,\"bytes_vs_allgather\":%.4f%s}\n",
+        "\"bytes_max\":%.0f,\"bytes_mean\":%.0f,\"bytes_vs_allgather\":%.4f,\"ef_steps\":%zu%s}\n",
         comm, std::string(hitch::isa_name(hitch::active_isa())).c_str(), s.model.c_str(), g.n, p, density,
         exchange.c_str(), o.union_density, o.overlap, r.seconds, r.bytes_max, r.bytes_mean,
-        allgather_bytes > 0 ? r.bytes_max / allgather_bytes : 0.0, r.derived ? ",\"derived\":true" : "");
+        allgather_bytes > 0 ? r.bytes_max / allgather_bytes : 0.0, s.ef_steps, r.derived ? ",\"derived\":true" : "");
     std::fflush(stdout);
 }
 
@@ -290,6 +330,9 @@ int main(int argc, char** argv) {
     app.add_option("--data", s.data_dir, "MNIST-format directory (default: Fashion-MNIST)");
     app.add_option("--warmup-steps", s.warmup_steps, "serial SGD steps before the gradients are taken");
     app.add_option("--batch-size", s.batch, "samples per rank's gradient")->check(CLI::PositiveNumber);
+    app.add_option("--ef-steps", s.ef_steps,
+                   "data-parallel steps with error-feedback top-k before the gradients (plus residuals) are taken");
+    app.add_option("--ef-density", s.ef_density, "top-k density of those steps")->check(CLI::Range(1e-6, 0.5));
     app.add_option("--ranks", s.ranks, "comm::local world sizes")->delimiter(',');
     app.add_option("--sim-ranks", s.sim_ranks, "comm::simulated world sizes")->delimiter(',');
     app.add_option("--density", s.densities, "top-k densities")->delimiter(',');
