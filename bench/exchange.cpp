@@ -15,9 +15,11 @@
 // One JSON object per line:
 //   {"bench":"exchange","comm":"local","isa":"avx2","model":"mlp","elements":535818,"p":4,"density":0.01,
 //    "exchange":"sparse_recursive_doubling","union_density":...,"overlap":...,"seconds":...,
-//    "bytes_max":...,"bytes_mean":...,"bytes_vs_allgather":...}
+//    "bytes_max":...,"bytes_mean":...,"bytes_vs_allgather":...,"ef_steps":0}
 // bytes_max and bytes_mean are what the busiest rank and the mean rank sent (aggregation_stats::sent_bytes, or the
-// all-reduce's 2 (p - 1) / p of the bucket); bytes_vs_allgather divides bytes_max by allgather_ring's. Above 256
+// all-reduce's 2 (p - 1) / p of the bucket); bytes_vs_allgather divides bytes_max by allgather_ring's. On the
+// simulated cluster, nic_bytes_per_node is what left each node through its NIC (the traffic the network between
+// machines carries) and nic_vs_allgather divides it by allgather_ring's. Above 256
 // simulated ranks the all-gather is not run (every rank would hold p messages): its bytes are the sum of the
 // other ranks' message sizes, which is what the ring all-gather forwards, and the line says "derived":true.
 // (The exchanges' sums are checked against serial references in tests/exchange.)
@@ -213,6 +215,7 @@ overlap_figures overlap_of(const rank_gradients& g, int p, double density) {
 
 struct result {
     double seconds = 0, bytes_max = 0, bytes_mean = 0;
+    double nic_bytes = -1;  // simulated: bytes that left the nodes through their NICs, per node (-1: not known)
     bool derived = false;
 };
 
@@ -282,13 +285,17 @@ result run_simulated(const settings& s, const rank_gradients& grads, int p, cons
     if (auto e = report.first_error()) std::rethrow_exception(e);
     result r;
     r.seconds = report.makespan_s() - start_s;
+    double nic = 0;
+    for (const auto& l : report.links)
+        if (l.name.ends_with(" nic up")) nic += static_cast<double>(l.bytes);
+    r.nic_bytes = nic / ((p + s.ranks_per_node - 1) / s.ranks_per_node);
     r.bytes_max = *std::max_element(sent.begin(), sent.end());
     r.bytes_mean = std::accumulate(sent.begin(), sent.end(), 0.0) / p;
     return r;
 }
 
 /// The ring all-gather's bytes without running it: each rank forwards every message but one.
-result derived_allgather(const rank_gradients& grads, int p, double density) {
+result derived_allgather(const rank_gradients& grads, int p, int ranks_per_node, double density) {
     const hc::topk codec({.density = density});
     std::vector<double> size(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) {
@@ -301,23 +308,34 @@ result derived_allgather(const rank_gradients& grads, int p, double density) {
     const double total = std::accumulate(size.begin(), size.end(), 0.0);
     result out;
     out.derived = true;
+    double nic = 0;
     for (int r = 0; r < p; ++r) {  // rank r forwards every message but its successor's
         const double s = total - size[static_cast<std::size_t>((r + 1) % p)];
         out.bytes_max = std::max(out.bytes_max, s);
         out.bytes_mean += s / p;
+        if ((r + 1) % ranks_per_node == 0 || r + 1 == p) nic += s;  // a node's last rank sends to the next node
     }
+    out.nic_bytes = nic / ((p + ranks_per_node - 1) / ranks_per_node);
     return out;
 }
 
 void print(const char* comm, const settings& s, const rank_gradients& g, int p, double density,
-           const std::string& exchange, const overlap_figures& o, const result& r, double allgather_bytes) {
+           const std::string& exchange, const overlap_figures& o, const result& r, const result& allgather) {
+    const double allgather_bytes = allgather.bytes_max;
+    std::string nic;
+    if (r.nic_bytes >= 0)
+        nic = hitch::detail::concat(",\"nic_bytes_per_node\":", static_cast<long long>(r.nic_bytes),
+                                    allgather.nic_bytes > 0
+                                        ? hitch::detail::concat(",\"nic_vs_allgather\":", r.nic_bytes / allgather.nic_bytes)
+                                        : std::string());
     std::printf(
         "{\"bench\":\"exchange\",\"comm\":\"%s\",\"isa\":\"%s\",\"model\":\"%s\",\"elements\":%zu,\"p\":%d,"
         "\"density\":%g,\"exchange\":\"%s\",\"union_density\":%.5f,\"overlap\":%.4f,\"seconds\":%.6g,"
-        "\"bytes_max\":%.0f,\"bytes_mean\":%.0f,\"bytes_vs_allgather\":%.4f,\"ef_steps\":%zu%s}\n",
+        "\"bytes_max\":%.0f,\"bytes_mean\":%.0f,\"bytes_vs_allgather\":%.4f%s,\"ef_steps\":%zu%s}\n",
         comm, std::string(hitch::isa_name(hitch::active_isa())).c_str(), s.model.c_str(), g.n, p, density,
         exchange.c_str(), o.union_density, o.overlap, r.seconds, r.bytes_max, r.bytes_mean,
-        allgather_bytes > 0 ? r.bytes_max / allgather_bytes : 0.0, s.ef_steps, r.derived ? ",\"derived\":true" : "");
+        allgather_bytes > 0 ? r.bytes_max / allgather_bytes : 0.0, nic.c_str(), s.ef_steps,
+        r.derived ? ",\"derived\":true" : "");
     std::fflush(stdout);
 }
 
@@ -355,26 +373,26 @@ int main(int argc, char** argv) {
         for (const int p : s.ranks) {
             for (const double d : s.densities) {
                 const overlap_figures o = overlap_of(grads, p, d);
-                double allgather = 0;
+                result allgather;
                 for (const auto& e : sparse) {
                     const result r = run_local(s, grads, p, e, d);
-                    if (e == "allgather_ring") allgather = r.bytes_max;
+                    if (e == "allgather_ring") allgather = r;
                     print("local", s, grads, p, d, e, o, r, allgather);
                 }
             }
             for (const std::string e : {"dense_ring", "compressed_ring", "compressed_halving_doubling"})
-                print("local", s, grads, p, 0.0, e, {}, run_local(s, grads, p, e, 0.0), 0.0);
+                print("local", s, grads, p, 0.0, e, {}, run_local(s, grads, p, e, 0.0), {});
         }
         for (const int p : s.sim_ranks) {
             for (const double d : s.densities) {
                 const overlap_figures o = overlap_of(grads, p, d);
                 const result ag =
-                    p <= 256 ? run_simulated(s, grads, p, "allgather_ring", d) : derived_allgather(grads, p, d);
-                print("simulated", s, grads, p, d, "allgather_ring", o, ag, ag.bytes_max);
+                    p <= 256 ? run_simulated(s, grads, p, "allgather_ring", d) : derived_allgather(grads, p, s.ranks_per_node, d);
+                print("simulated", s, grads, p, d, "allgather_ring", o, ag, ag);
                 for (const std::string e : {"sparse_recursive_doubling", "sparse_hierarchical"})
-                    print("simulated", s, grads, p, d, e, o, run_simulated(s, grads, p, e, d), ag.bytes_max);
+                    print("simulated", s, grads, p, d, e, o, run_simulated(s, grads, p, e, d), ag);
             }
-            print("simulated", s, grads, p, 0.0, "dense_ring", {}, run_simulated(s, grads, p, "dense_ring", 0.0), 0.0);
+            print("simulated", s, grads, p, 0.0, "dense_ring", {}, run_simulated(s, grads, p, "dense_ring", 0.0), {});
         }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "hitch-bench-exchange: %s\n", e.what());
