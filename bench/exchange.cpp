@@ -324,10 +324,10 @@ void print(const char* comm, const settings& s, const rank_gradients& g, int p, 
     const double allgather_bytes = allgather.bytes_max;
     std::string nic;
     if (r.nic_bytes >= 0)
-        nic = hitch::detail::concat(",\"nic_bytes_per_node\":", static_cast<long long>(r.nic_bytes),
-                                    allgather.nic_bytes > 0
-                                        ? hitch::detail::concat(",\"nic_vs_allgather\":", r.nic_bytes / allgather.nic_bytes)
-                                        : std::string());
+        nic = hitch::detail::concat(
+            ",\"nic_bytes_per_node\":", static_cast<long long>(r.nic_bytes),
+            allgather.nic_bytes > 0 ? hitch::detail::concat(",\"nic_vs_allgather\":", r.nic_bytes / allgather.nic_bytes)
+                                    : std::string());
     std::printf(
         "{\"bench\":\"exchange\",\"comm\":\"%s\",\"isa\":\"%s\",\"model\":\"%s\",\"elements\":%zu,\"p\":%d,"
         "\"density\":%g,\"exchange\":\"%s\",\"union_density\":%.5f,\"overlap\":%.4f,\"seconds\":%.6g,"
@@ -386,8 +386,8 @@ int main(int argc, char** argv) {
         for (const int p : s.sim_ranks) {
             for (const double d : s.densities) {
                 const overlap_figures o = overlap_of(grads, p, d);
-                const result ag =
-                    p <= 256 ? run_simulated(s, grads, p, "allgather_ring", d) : derived_allgather(grads, p, s.ranks_per_node, d);
+                const result ag = p <= 256 ? run_simulated(s, grads, p, "allgather_ring", d)
+                                           : derived_allgather(grads, p, s.ranks_per_node, d);
                 print("simulated", s, grads, p, d, "allgather_ring", o, ag, ag);
                 for (const std::string e : {"sparse_recursive_doubling", "sparse_hierarchical"})
                     print("simulated", s, grads, p, d, e, o, run_simulated(s, grads, p, e, d), ag);
