@@ -106,7 +106,7 @@ public:
         const int g = std::min(options_.ranks_per_group, p);
         const std::string key = g > 0 ? detail::concat("hierarchical/", g) : std::string("hierarchical/nodes");
         auto levels = t.state().slots.get_or_make(slot_key<state<C>>{key}, [&] {
-            return std::make_shared<state<C>>(t.comm(), g > 0 ? consecutive(p, g) : node_layout_of(t.comm()));
+            return std::make_shared<state<C>>(t.comm(), g > 0 ? consecutive_nodes(p, g) : node_layout_of(t.comm()));
         });
         if (levels->shape == state<C>::one_group) return intra_.run(t, data, op);
         if (levels->shape == state<C>::singletons) return inter_.run(t, data, op);
@@ -122,14 +122,6 @@ public:
     }
 
 private:
-    /// Groups of g consecutive ranks, as a layout.
-    [[nodiscard]] static node_layout consecutive(int p, int g) {
-        node_layout out;
-        for (int r = 0; r < p; ++r) out.node_of_rank.push_back(r / g);
-        out.nodes = (p + g - 1) / g;
-        return out;
-    }
-
     /// The groups' sub-communicators (collective to make: every rank splits in the same first call).
     template <class C>
     struct state {

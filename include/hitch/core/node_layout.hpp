@@ -42,4 +42,13 @@ struct node_layout {
     friend bool operator==(const node_layout&, const node_layout&) = default;
 };
 
+/// p ranks in nodes of g consecutive ranks (the last may hold fewer): a layout of the caller's choosing, as
+/// hierarchical's ranks_per_group makes.
+[[nodiscard]] inline node_layout consecutive_nodes(int p, int g) {
+    node_layout out;
+    for (int r = 0; r < p; ++r) out.node_of_rank.push_back(r / g);
+    out.nodes = (p + g - 1) / g;
+    return out;
+}
+
 }  // namespace hitch

@@ -75,7 +75,7 @@ aggregation_stats aggregate_compressed_halving_doubling(allreduce::group<C>& g, 
     const auto range = [&](int first, int last) { return allreduce::partition_range(n, p2, first, last); };
     const auto per_call = static_cast<std::uint64_t>(2 * p2);
 
-    g.run(call, detail::compressed_descriptor<T>(n, call, "compressed_hd"),
+    g.run(call, detail::exchange_descriptor<T>(n, call.fingerprint, "compressed_hd"),
           [&](allreduce::transport<C>& t, const allreduce::call_descriptor&) {
               detail::hop_link<C> link(t, status);
               bool first_message = true;

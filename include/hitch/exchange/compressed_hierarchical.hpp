@@ -102,7 +102,7 @@ aggregation_stats aggregate_compressed_hierarchical(allreduce::group<C>& g, cons
         options, n, detail::layout_fingerprint(nodes));
     const std::span<std::vector<std::byte>> all(s.messages.data(), s.messages.size());
 
-    g.run(call, detail::compressed_descriptor<T>(n, call, "compressed_hierarchical"),
+    g.run(call, detail::exchange_descriptor<T>(n, call.fingerprint, "compressed_hierarchical"),
           [&](allreduce::transport<C>& t, const allreduce::call_descriptor&) {
               detail::hop_link<C> link(t, status);
               // Only leaders encode; every rank answers for its own bucket.

@@ -42,7 +42,7 @@ aggregation_stats aggregate_ring(allreduce::group<C>& g, const Codec& codec, agg
     aggregation_stats stats{aggregation_path::compressed_ring, exchange_kind::compressed_ring, 0, 0};
     detail::exchange_status status(g.rank());
     const allreduce::call_options call = detail::compressed_call<typename detail::hops<Codec>::codec_type>(options, n);
-    g.run(call, detail::compressed_descriptor<T>(n, call, "compressed_ring"),
+    g.run(call, detail::exchange_descriptor<T>(n, call.fingerprint, "compressed_ring"),
           [&](allreduce::transport<C>& t, const allreduce::call_descriptor&) {
               detail::hop_link<C> link(t, status);
               std::vector<int> ring(static_cast<std::size_t>(p));

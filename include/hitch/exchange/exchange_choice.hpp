@@ -59,14 +59,6 @@ struct exchange_choice {
 
 namespace detail {
 
-/// p ranks in groups of `size` consecutive ranks (hierarchical's ranks_per_group).
-[[nodiscard]] inline node_layout consecutive_groups(int p, int size) {
-    node_layout out;
-    for (int r = 0; r < p; ++r) out.node_of_rank.push_back(r / size);
-    out.nodes = (p + size - 1) / size;
-    return out;
-}
-
 template <class S>
 struct is_hierarchical : std::false_type {};
 template <class Intra, class Inter>
@@ -97,7 +89,7 @@ template <communicator C, compressor Codec, class Schedule>
     const auto layout = [&] {
         if constexpr (detail::is_hierarchical<Schedule>::value)
             if (schedule.options().ranks_per_group > 0)
-                return detail::consecutive_groups(g.size(), schedule.options().ranks_per_group);
+                return consecutive_nodes(g.size(), schedule.options().ranks_per_group);
         return node_layout_of(g.comm());
     };
     if (shape == exchange_shape::hierarchical) {

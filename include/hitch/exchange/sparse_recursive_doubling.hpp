@@ -184,17 +184,7 @@ aggregation_stats run_sparse_exchange(allreduce::group<C>& g, const Codec& codec
     aggregation_stats stats{aggregation_path::allgather, kind, 0, 0};
     allreduce::call_options call = options.call;
     call.fingerprint ^= 0x6a09e667f3bcc909ull * (n + 1) ^ static_cast<std::uint64_t>(Codec::codec_id) ^ layout_hash;
-    const auto describe = [n, call, schedule] {
-        allreduce::call_descriptor d;
-        d.operation = static_cast<std::uint8_t>(allreduce::operation::allreduce);
-        d.count = n;
-        d.type = static_cast<std::uint8_t>(dtype_of<T>());
-        d.op = static_cast<std::uint8_t>(allreduce::reduce_op::sum);
-        d.root = -1;
-        d.fingerprint = call.fingerprint;
-        d.set_schedule(schedule);
-        return d;
-    };
+    const auto describe = detail::exchange_descriptor<T>(n, call.fingerprint, schedule);
     bool encoded = false;
     std::uint64_t failure = 0;
     std::exception_ptr error;

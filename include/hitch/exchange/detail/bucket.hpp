@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
+#include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
 #include "hitch/core/tensor.hpp"
 #include "hitch/exchange/aggregation.hpp"
@@ -50,6 +52,23 @@ template <class T>
 void write_result(std::span<const float> values, tensor_view<T> out, bool average, int p) {
     const float f = average ? 1.0f / static_cast<float>(p) : 1.0f;
     for (std::size_t i = 0; i < values.size(); ++i) out[i] = T(average ? values[i] * f : values[i]);
+}
+
+/// The descriptor every compressed exchange checks across ranks: an all-reduce of n elements of T, the codec and
+/// the bucket in the fingerprint, and the exchange's name as the schedule.
+template <class T>
+[[nodiscard]] auto exchange_descriptor(std::size_t n, std::uint64_t fingerprint, std::string_view schedule) {
+    return [n, fingerprint, schedule] {
+        allreduce::call_descriptor d;
+        d.operation = static_cast<std::uint8_t>(allreduce::operation::allreduce);
+        d.count = n;
+        d.type = static_cast<std::uint8_t>(dtype_of<T>());
+        d.op = static_cast<std::uint8_t>(allreduce::reduce_op::sum);
+        d.root = -1;
+        d.fingerprint = fingerprint;
+        d.set_schedule(schedule);
+        return d;
+    };
 }
 
 }  // namespace detail

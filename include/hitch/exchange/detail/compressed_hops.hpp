@@ -106,22 +106,6 @@ template <class HopCodec>
     return call;
 }
 
-template <class T>
-[[nodiscard]] auto compressed_descriptor(std::size_t n, const allreduce::call_options& call,
-                                         std::string_view schedule) {
-    return [n, fingerprint = call.fingerprint, schedule] {
-        allreduce::call_descriptor d;
-        d.operation = static_cast<std::uint8_t>(allreduce::operation::allreduce);
-        d.count = n;
-        d.type = static_cast<std::uint8_t>(dtype_of<T>());
-        d.op = static_cast<std::uint8_t>(allreduce::reduce_op::sum);
-        d.root = -1;
-        d.fingerprint = fingerprint;
-        d.set_schedule(schedule);
-        return d;
-    };
-}
-
 /// This rank's status in an exchange and the first failure it heard of. A failure travels in place of the size
 /// words (abort_flag | rank << 8 | code); a rank that knows of one still takes every step, without payloads, so
 /// every rank hears of it, and nothing is swapped in: no state changes anywhere.
