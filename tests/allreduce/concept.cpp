@@ -164,6 +164,41 @@ TEST_CASE("a call's transport holds the one path its communicator and options al
     });
 }
 
+TEST_CASE("receive_into an empty buffer completes and frees its sender, on every path", "[allreduce][transport]") {
+    // On the direct path an empty destination (data() == nullptr) was once taken for a plain receive, which holds
+    // the sender's buffer until released: the sender waited until its deadline and timed out.
+    hitch::comm::run_local(2, [](local& comm) {
+        group<local> g(comm);
+        for (const bool shared : {true, false}) {
+            call_options o;
+            o.check = false;
+            o.shared_memory = shared;
+            o.timeout_s = 5.0;
+            const auto describe = [] {
+                call_descriptor d;
+                d.operation = static_cast<std::uint8_t>(operation::allreduce);
+                d.set_schedule("empty-test");
+                return d;
+            };
+            g.run(o, describe, [&](transport<local>& t, const call_descriptor&) {
+                std::vector<float> none, some{1.0f, 2.0f}, got(2);
+                const int peer = 1 - t.rank();
+                for (int round = 0; round < 3; ++round) {  // empty, then a message behind it, on the same channel
+                    auto r = t.template receive_into<float>(peer, 0, std::span<float>(none));
+                    auto s = t.template send<float>(peer, 0, std::span<const float>(none));
+                    r.wait(t.limit());
+                    s.wait(t.limit());
+                    auto r2 = t.template receive_into<float>(peer, 0, std::span<float>(got));
+                    auto s2 = t.template send<float>(peer, 0, std::span<const float>(some));
+                    r2.wait(t.limit());
+                    s2.wait(t.limit());
+                    if (got != some) throw std::logic_error("the message behind an empty one arrived wrong");
+                }
+            });
+        }
+    });
+}
+
 TEST_CASE("slot_store: a key's type is part of it, and make() runs once", "[allreduce][transport]") {
     slot_store slots;
     int made = 0;

@@ -1,4 +1,4 @@
-// compress::aggregate over comm::local with 1 to 5 ranks: every path against its reference (decode-then-sum,
+// compress::aggregate over comm::local with 1 to 8 ranks: every path against its reference (decode-then-sum,
 // the serial ring, PowerSGD's primitives), the ring's conservation and bound, failures on one rank, mismatched
 // bucket sizes.
 #include <catch2/catch.hpp>
@@ -16,9 +16,9 @@ using hitch::comm::run_local;
 using hitch_test::max_abs_bound;
 using hitch_test::qsgd_bound;
 
-TEST_CASE("aggregate: the all-gather path equals decode-then-sum for every codec, 1 to 5 ranks",
+TEST_CASE("aggregate: the all-gather path equals decode-then-sum for every codec, 1 to 8 ranks",
           "[compress][aggregate]") {
-    for (int p = 1; p <= 5; ++p) {
+    for (int p = 1; p <= 8; ++p) {
         hitch_test::for_each_codec([&](const auto& codec) {
             using codec_t = std::remove_cvref_t<decltype(codec)>;
             if constexpr (!std::is_same_v<codec_t, hc::powersgd>) {  // powersgd's message needs one rank's P
@@ -31,7 +31,7 @@ TEST_CASE("aggregate: the all-gather path equals decode-then-sum for every codec
 }
 
 TEST_CASE("aggregate: additive codecs through the all-reduce equal decode-then-sum", "[compress][aggregate]") {
-    for (int p = 1; p <= 5; ++p) {
+    for (int p = 1; p <= 8; ++p) {
         INFO(p << " ranks");
         REQUIRE_NOTHROW(run_local(p, [&](local& comm) {
             hitch_test::allreduce_equals_reference(comm, hc::none{}, 1000, 0x1p-24);
@@ -46,7 +46,7 @@ TEST_CASE("aggregate: additive codecs through the all-reduce equal decode-then-s
 TEST_CASE("aggregate: powersgd's two all-reduces equal its primitives called serially",
           "[compress][aggregate][powersgd]") {
     const std::vector<hc::matrix_shape> shapes = {{40, 24}, {16, 1}, {30, 30}};
-    for (int p = 1; p <= 5; ++p) {
+    for (int p = 1; p <= 8; ++p) {
         INFO(p << " ranks");
         REQUIRE_NOTHROW(run_local(p, [&](local& comm) {
             hitch_test::low_rank_equals_reference(comm, hc::powersgd({.rank = 2}), shapes, 40 * 24 + 16 + 900);
@@ -56,7 +56,7 @@ TEST_CASE("aggregate: powersgd's two all-reduces equal its primitives called ser
 
 TEST_CASE("aggregate: the compression-aware ring equals its serial simulation, conserves, and stays within the bound",
           "[compress][aggregate][ring]") {
-    for (int p = 1; p <= 5; ++p) {
+    for (int p = 1; p <= 8; ++p) {
         for (std::size_t n : {std::size_t{3}, std::size_t{1000}, std::size_t{4099}}) {
             INFO(p << " ranks, " << n << " elements");
             REQUIRE_NOTHROW(run_local(p, [&](local& comm) {

@@ -1,6 +1,6 @@
 #pragma once
 // Checks of the compressed exchange (exchange/aggregate.hpp) written once against the communicator concept and
-// run over comm::local (threads, 1 to 5 ranks) and comm::mpi (processes, 2 and 3 ranks). Each function is
+// run over comm::local (threads, 1 to 8 ranks) and comm::mpi (processes, 2 to 4 ranks). Each function is
 // collective. Every rank can generate every rank's gradients (seeded by step and rank), so each rank computes the
 // references itself:
 //   - decode-then-sum: each rank's message encoded again with a state of its own, decoded and added in rank order;

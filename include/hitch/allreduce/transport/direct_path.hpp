@@ -145,6 +145,7 @@ public:
                 lease_ = std::move(o.lease_);
                 data_ = o.data_;
                 into_ = o.into_;
+                copy_into_ = o.copy_into_;
                 writable_ = o.writable_;
                 spin_ = o.spin_;
                 count_ = o.count_;
@@ -208,14 +209,14 @@ public:
                                                            " could read it (it failed or timed out)"));
                 }
                 const std::uint64_t type = d.type & (detail::writable_flag - 1);
-                writable_ = (d.type & detail::writable_flag) != 0 && into_ == nullptr;
+                writable_ = (d.type & detail::writable_flag) != 0 && !copy_into_;
                 if (d.bytes != count_ * sizeof(T) || type != static_cast<std::uint64_t>(dtype_of<T>())) {
                     release();
                     throw comm_error(detail::message_mismatch(rank_, peer_, count_ * sizeof(T), dtype_of<T>(), d.bytes,
                                                               static_cast<dtype>(type)));
                 }
                 data_ = reinterpret_cast<const T*>(d.address);
-                if (into_ != nullptr) {
+                if (copy_into_) {  // receive_into: copied out and released at once (also with no elements)
                     if (count_ != 0) std::memcpy(into_, data_, count_ * sizeof(T));
                     data_ = into_;
                     release();
@@ -256,6 +257,7 @@ public:
         std::shared_ptr<detail::direct_lease> lease_;
         const T* data_ = nullptr;
         T* into_ = nullptr;
+        bool copy_into_ = false;  // receive_into (into_ may be null for an empty destination)
         bool writable_ = false;
         std::chrono::nanoseconds spin_{0};
         std::size_t count_ = 0;
@@ -294,7 +296,9 @@ public:
     }
     template <element_type T>
     [[nodiscard]] incoming<T> receive_into(int peer, int, int tag, std::span<T> dst) {
-        return post<T>(peer, tag, dst.size(), dst.data());
+        incoming<T> op = post<T>(peer, tag, dst.size(), dst.data());
+        op.copy_into_ = true;
+        return op;
     }
     template <floating_element T>
     [[nodiscard]] incoming<T> receive_combine(int peer, int, int tag, std::span<T> dst, const combine_spec& spec,
