@@ -12,8 +12,9 @@
 // and a non-blocking form of each (allreduce_async, ...) that returns a handle at once; the call runs on the
 // group's progress thread, in issue order, while the caller computes. Buffers must stay alive and untouched until
 // the handle completes. Every call is collective: all ranks of the group make the same calls in the same order
-// (checked unless call_options::check is off). Buffers are host memory; reduce ops take float, double, half and
-// bfloat16; the data-movement collectives take any element type.
+// (checked unless call_options::check is off). Buffers are host memory, or memory of a space whose backend is
+// installed (space.hpp: hitch/cuda/allreduce/collectives.hpp for GPU buffers); reduce ops take float, double, half
+// and bfloat16; the data-movement collectives take any element type.
 
 #include <algorithm>
 #include <cstddef>
@@ -30,6 +31,7 @@
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/ring.hpp"
 #include "hitch/allreduce/schedule.hpp"
+#include "hitch/allreduce/space.hpp"
 #include "hitch/comm/agree.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/core/error.hpp"
@@ -69,13 +71,6 @@ private:
 
 namespace detail {
 
-template <class T>
-void require_host(const tensor_view<T>& v, std::string_view who) {
-    if (!v.on_host())
-        throw config_error(concat("hitch::allreduce::", who, ": the buffer is in ", name(v.space()),
-                                  " memory; these collectives take host memory"));
-}
-
 inline void require_op(reduce_op op, std::string_view who) {
     if (!is_valid(op))
         throw config_error(concat("hitch::allreduce::", who, ": option op = ", static_cast<int>(op),
@@ -85,6 +80,15 @@ inline void require_op(reduce_op op, std::string_view who) {
 template <communicator C>
 void require_root(const group<C>& g, int root, std::string_view who) {
     option_validator(concat("hitch::allreduce::", who)).half_open("root", root, 0, g.size());
+}
+
+/// The element fields of a call on a buffer outside host memory.
+template <element_type T>
+void fill_element(space_call& call, reduce_op op, int root) {
+    call.element_bytes = sizeof(T);
+    call.type = dtype_of<T>();
+    call.op = op;
+    call.root = root;
 }
 
 template <element_type T>
@@ -123,9 +127,28 @@ template <bool Async, class Schedule, communicator C, floating_element T>
 auto allreduce_call(group<C>& g, tensor_view<T> data, reduce_op op, const Schedule& schedule,
                     const call_options& options) {
     static_assert(check_schedule<Schedule, C>());
-    require_host(data, "allreduce");
     require_op(op, "allreduce");
     const auto what = [=] { return describe<T>(operation::allreduce, data.size(), op, -1, Schedule::name, options); };
+    if (!data.on_host()) {
+        space_call call = space_call_for(g, operation::allreduce, Schedule::name);
+        call.buffer = {data.data(), data.size_bytes(), data.space()};
+        call.reads = call.writes = {0, data.size_bytes()};
+        call.piecewise = true;  // an all-reduce of each piece is the all-reduce of the whole
+        fill_element<T>(call, op, -1);
+        const auto run = [op](const Schedule& s, transport<C>& t, std::byte* host, std::size_t, std::size_t bytes) {
+            s.run(t, std::span<T>(reinterpret_cast<T*>(host), bytes / sizeof(T)), op);
+        };
+        if constexpr (Async)
+            return issue_in_space<true>(g, options, call, "allreduce", what,
+                                        [=](transport<C>& t, std::byte* h, std::size_t o, std::size_t b) {
+                                            run(schedule, t, h, o, b);
+                                        });
+        else
+            return issue_in_space<false>(g, options, call, "allreduce", what,
+                                         [&](transport<C>& t, std::byte* h, std::size_t o, std::size_t b) {
+                                             run(schedule, t, h, o, b);
+                                         });
+    }
     if constexpr (Async) {
         // The call may outlive the caller's schedule object: it keeps a copy.
         return issue<true>(g, options, what, [=](transport<C>& t, const call_descriptor&) {
@@ -141,39 +164,77 @@ auto allreduce_call(group<C>& g, tensor_view<T> data, reduce_op op, const Schedu
 
 template <bool Async, communicator C, floating_element T>
 auto reduce_scatter_call(group<C>& g, tensor_view<T> data, reduce_op op, const call_options& options) {
-    require_host(data, "reduce_scatter");
     require_op(op, "reduce_scatter");
-    return issue<Async>(
-        g, options, [=] { return describe<T>(operation::reduce_scatter, data.size(), op, -1, ring::name, options); },
-        [=](transport<C>& t, const call_descriptor&) {
-            const std::vector<block> blocks = ring::even_blocks(data.size(), t.size());
-            ring{}.reduce_scatter(t, std::span<T>(data.data(), data.size()), op, std::span<const block>(blocks));
-        });
+    const auto what = [=] { return describe<T>(operation::reduce_scatter, data.size(), op, -1, ring::name, options); };
+    const auto run = [op](transport<C>& t, T* d, std::size_t n) {
+        const std::vector<block> blocks = ring::even_blocks(n, t.size());
+        ring{}.reduce_scatter(t, std::span<T>(d, n), op, std::span<const block>(blocks));
+    };
+    if (!data.on_host()) {
+        space_call call = space_call_for(g, operation::reduce_scatter, ring::name);
+        call.buffer = {data.data(), data.size_bytes(), data.space()};
+        call.reads = call.writes = {0, data.size_bytes()};  // the other blocks keep partial results, as on the host
+        fill_element<T>(call, op, -1);
+        return issue_in_space<Async>(g, options, call, "reduce_scatter", what,
+                                     [=](transport<C>& t, std::byte* h, std::size_t, std::size_t b) {
+                                         run(t, reinterpret_cast<T*>(h), b / sizeof(T));
+                                     });
+    }
+    return issue<Async>(g, options, what,
+                        [=](transport<C>& t, const call_descriptor&) { run(t, data.data(), data.size()); });
 }
 
 template <bool Async, communicator C, element_type T>
 auto allgather_call(group<C>& g, tensor_view<T> data, const call_options& options) {
-    require_host(data, "allgather");
-    return issue<Async>(
-        g, options,
-        [=] { return describe<T>(operation::allgather, data.size(), reduce_op::sum, -1, ring::name, options); },
-        [=](transport<C>& t, const call_descriptor&) {
-            const std::vector<block> blocks = ring::even_blocks(data.size(), t.size());
-            ring{}.allgather(t, std::span<T>(data.data(), data.size()), std::span<const block>(blocks));
-        });
+    const auto what = [=] {
+        return describe<T>(operation::allgather, data.size(), reduce_op::sum, -1, ring::name, options);
+    };
+    const auto run = [](transport<C>& t, T* d, std::size_t n) {
+        const std::vector<block> blocks = ring::even_blocks(n, t.size());
+        ring{}.allgather(t, std::span<T>(d, n), std::span<const block>(blocks));
+    };
+    if (!data.on_host()) {
+        space_call call = space_call_for(g, operation::allgather, ring::name);
+        call.buffer = {data.data(), data.size_bytes(), data.space()};
+        const block own = partition(data.size(), g.size(), g.rank());
+        call.reads = {own.offset * sizeof(T), own.count * sizeof(T)};
+        call.writes = {0, data.size_bytes()};
+        fill_element<T>(call, reduce_op::sum, -1);
+        return issue_in_space<Async>(g, options, call, "allgather", what,
+                                     [=](transport<C>& t, std::byte* h, std::size_t, std::size_t b) {
+                                         run(t, reinterpret_cast<T*>(h), b / sizeof(T));
+                                     });
+    }
+    return issue<Async>(g, options, what,
+                        [=](transport<C>& t, const call_descriptor&) { run(t, data.data(), data.size()); });
 }
 
 template <bool Async, communicator C, element_type T>
 auto allgather_into_call(group<C>& g, tensor_view<const T> mine, tensor_view<T> all, const call_options& options) {
-    require_host(mine, "allgather");
-    require_host(all, "allgather");
     if (all.size() != mine.size() * static_cast<std::size_t>(g.size()))
         throw config_error(concat("hitch::allreduce::allgather: the output holds ", all.size(), " elements; it needs ",
                                   g.size(), " x ", mine.size(), " = ",
                                   mine.size() * static_cast<std::size_t>(g.size())));
+    const auto what = [=] {
+        return describe<T>(operation::allgather, mine.size(), reduce_op::sum, -1, ring::name, options);
+    };
+    if (!mine.on_host() || !all.on_host()) {
+        space_call call = space_call_for(g, operation::allgather, ring::name);
+        call.buffer = {all.data(), all.size_bytes(), all.space()};
+        call.input = {const_cast<std::remove_const_t<T>*>(mine.data()), mine.size_bytes(), mine.space()};
+        call.input_offset = static_cast<std::size_t>(g.rank()) * mine.size_bytes();
+        call.writes = {0, all.size_bytes()};
+        fill_element<T>(call, reduce_op::sum, -1);
+        return issue_in_space<Async>(g, options, call, "allgather", what,
+                                     [](transport<C>& t, std::byte* h, std::size_t, std::size_t b) {
+                                         const std::size_t n = b / sizeof(T);
+                                         const std::vector<block> blocks = ring::even_blocks(n, t.size());
+                                         ring{}.allgather(t, std::span<T>(reinterpret_cast<T*>(h), n),
+                                                          std::span<const block>(blocks));
+                                     });
+    }
     return issue<Async>(
-        g, options,
-        [=] { return describe<T>(operation::allgather, mine.size(), reduce_op::sum, -1, ring::name, options); },
+        g, options, what,
         [=](transport<C>& t, const call_descriptor&) {
             const std::size_t m = mine.size();
             T* own = all.data() + static_cast<std::size_t>(t.rank()) * m;
@@ -188,11 +249,26 @@ auto broadcast_call(group<C>& g, tensor_view<T> data, int root, const Schedule& 
     static_assert(broadcasts<Schedule, C, T>,
                   "hitch::allreduce::broadcast<Schedule>: the schedule needs `broadcast(transport<C>&, std::span<T>, "
                   "int root) const` (binary_tree and ring have one)");
-    require_host(data, "broadcast");
     require_root(g, root, "broadcast");
+    const auto what = [=] {
+        return describe<T>(operation::broadcast, data.size(), reduce_op::sum, root, Schedule::name, options);
+    };
+    if (!data.on_host()) {
+        space_call call = space_call_for(g, operation::broadcast, Schedule::name);
+        call.buffer = {data.data(), data.size_bytes(), data.space()};
+        const bool am_root = g.rank() == root;
+        call.reads = {0, am_root ? data.size_bytes() : 0};
+        call.writes = {0, am_root ? 0 : data.size_bytes()};
+        call.piecewise = true;  // copies: a broadcast of each piece is the broadcast of the whole
+        fill_element<T>(call, reduce_op::sum, root);
+        return issue_in_space<Async>(g, options, call, "broadcast", what,
+                                     [=](transport<C>& t, std::byte* h, std::size_t, std::size_t b) {
+                                         schedule.broadcast(t, std::span<T>(reinterpret_cast<T*>(h), b / sizeof(T)),
+                                                            root);
+                                     });
+    }
     return issue<Async>(
-        g, options,
-        [=] { return describe<T>(operation::broadcast, data.size(), reduce_op::sum, root, Schedule::name, options); },
+        g, options, what,
         [=](transport<C>& t, const call_descriptor&) {
             schedule.broadcast(t, std::span<T>(data.data(), data.size()), root);
         });
@@ -204,15 +280,26 @@ auto reduce_call(group<C>& g, tensor_view<T> data, reduce_op op, int root, const
     static_assert(reduces_to_root<Schedule, C, T>,
                   "hitch::allreduce::reduce<Schedule>: the schedule needs `reduce(transport<C>&, std::span<const T>, "
                   "std::span<T>, reduce_op, int root) const` (binary_tree and ring have one)");
-    require_host(data, "reduce");
     require_op(op, "reduce");
     require_root(g, root, "reduce");
-    return issue<Async>(
-        g, options, [=] { return describe<T>(operation::reduce, data.size(), op, root, Schedule::name, options); },
-        [=](transport<C>& t, const call_descriptor&) {
-            const std::span<T> all(data.data(), data.size());
-            schedule.reduce(t, std::span<const T>(all), t.rank() == root ? all : std::span<T>(), op, root);
-        });
+    const auto what = [=] { return describe<T>(operation::reduce, data.size(), op, root, Schedule::name, options); };
+    const auto run = [=](transport<C>& t, T* d, std::size_t n) {
+        const std::span<T> all(d, n);
+        schedule.reduce(t, std::span<const T>(all), t.rank() == root ? all : std::span<T>(), op, root);
+    };
+    if (!data.on_host()) {
+        space_call call = space_call_for(g, operation::reduce, Schedule::name);
+        call.buffer = {data.data(), data.size_bytes(), data.space()};
+        call.reads = {0, data.size_bytes()};
+        call.writes = {0, g.rank() == root ? data.size_bytes() : 0};
+        fill_element<T>(call, op, root);
+        return issue_in_space<Async>(g, options, call, "reduce", what,
+                                     [=](transport<C>& t, std::byte* h, std::size_t, std::size_t b) {
+                                         run(t, reinterpret_cast<T*>(h), b / sizeof(T));
+                                     });
+    }
+    return issue<Async>(g, options, what,
+                        [=](transport<C>& t, const call_descriptor&) { run(t, data.data(), data.size()); });
 }
 
 template <bool Async, communicator C>
