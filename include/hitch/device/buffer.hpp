@@ -37,6 +37,8 @@ public:
     [[nodiscard]] T* data() const noexcept { return data_; }
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
     [[nodiscard]] tensor_view<T> view() const noexcept { return {data_, size_, D::space}; }
+    /// The device the buffer was made on (null for a default-constructed buffer), e.g. for its stream.
+    [[nodiscard]] D* device() const noexcept { return device_; }
 
 private:
     void release() noexcept {

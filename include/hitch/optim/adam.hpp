@@ -34,6 +34,7 @@
 #include "hitch/device/buffer.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/detail/checks.hpp"
+#include "hitch/optim/detail/device_step.hpp"
 #include "hitch/optim/detail/sqrt.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
 #include "hitch/optim/detail/tiers.hpp"
@@ -50,6 +51,10 @@ struct decoupled_weight_decay {
     static constexpr bool decoupled = true;
     static constexpr std::string_view name = "adamw";
 };
+
+namespace detail {
+struct adam_scalars;
+}  // namespace detail
 
 /// One layer's adam state on device D.
 template <device D>
@@ -106,11 +111,21 @@ public:
     void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
         apply(l, s, lr, l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay, 1.0f, exec);
     }
+    /// The same step on a device the host cannot read, by that device's kernels (optim/detail/device_step.hpp).
+    template <device D>
+        requires(!host_device<D>)
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
+        device_step<basic_adam, D>::step(*this, l, s, lr, exec);
+    }
 
     /// The step with an explicit weight decay and gradient scale (used by lars<adam>).
     template <host_device D>
     void apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
                const parallel_options& exec = {}) const;
+
+    /// The per-layer scalars of step t (from 1) with this rate, weight decay and gradient scale, as every device's
+    /// kernel takes them (the file comment says how each is rounded).
+    [[nodiscard]] detail::adam_scalars scalars(float lr, float weight_decay, float scale, std::uint64_t t) const;
 
 private:
     options_type options_;
@@ -197,15 +212,8 @@ HITCH_OPTIM_KERNEL void adam_dispatch(bool amsgrad, float* w, const float* g, fl
 HITCH_OPTIM_STRICT_FP_END
 
 template <class WeightDecay>
-template <host_device D>
-void basic_adam<WeightDecay>::apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
-                                    const parallel_options& exec) const {
-    const std::string who = std::string("hitch::optim::").append(name);
-    if (options_.amsgrad)
-        detail::check_step(who, l, {s.m.size(), s.v.size(), s.v_max.size()}, lr);
-    else
-        detail::check_step(who, l, {s.m.size(), s.v.size()}, lr);
-    const std::uint64_t t = s.steps + 1;
+detail::adam_scalars basic_adam<WeightDecay>::scalars(float lr, float weight_decay, float scale,
+                                                      std::uint64_t t) const {
     detail::adam_scalars k{};
     k.b1 = options_.beta1;
     k.b2 = options_.beta2;
@@ -217,6 +225,20 @@ void basic_adam<WeightDecay>::apply(const layer& l, state_type<D>& s, float lr, 
     k.wd = weight_decay;
     k.decay = static_cast<float>(1.0 - static_cast<double>(lr) * static_cast<double>(weight_decay));
     k.scale = scale;
+    return k;
+}
+
+template <class WeightDecay>
+template <host_device D>
+void basic_adam<WeightDecay>::apply(const layer& l, state_type<D>& s, float lr, float weight_decay, float scale,
+                                    const parallel_options& exec) const {
+    const std::string who = std::string("hitch::optim::").append(name);
+    if (options_.amsgrad)
+        detail::check_step(who, l, {s.m.size(), s.v.size(), s.v_max.size()}, lr);
+    else
+        detail::check_step(who, l, {s.m.size(), s.v.size()}, lr);
+    const std::uint64_t t = s.steps + 1;
+    const detail::adam_scalars k = scalars(lr, weight_decay, scale, t);
     float* w = l.params.data();
     const float* g = l.grads.data();
     float* m = s.m.data();

@@ -35,6 +35,7 @@
 #include "hitch/device/buffer.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/detail/checks.hpp"
+#include "hitch/optim/detail/device_step.hpp"
 #include "hitch/optim/detail/norm.hpp"
 #include "hitch/optim/detail/sqrt.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
@@ -97,6 +98,12 @@ public:
         detail::check_step("hitch::optim::lamb", l, {s.m.size(), s.v.size()}, lr);
         apply_with_sums(l, s, lr, norm_sums(l, s, exec), exec);
     }
+    /// The same step on a device the host cannot read, by that device's kernels (optim/detail/device_step.hpp).
+    template <device D>
+        requires(!host_device<D>)
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
+        device_step<lamb, D>::step(*this, l, s, lr, exec);
+    }
 
     /// Phase 1 of a step split across the pieces of a layer (optim/split_step.hpp): pass 1 on the piece (m and
     /// v move) and its ||w||^2 and ||r||^2.
@@ -106,11 +113,23 @@ public:
     template <host_device D>
     void apply_with_sums(const layer& piece, state_type<D>& s, float lr, layer_sums sums,
                          const parallel_options& exec = {}) const;
+    /// The two phases on a device the host cannot read (phase 1 returns the sums to the host).
+    template <device D>
+        requires(!host_device<D>)
+    [[nodiscard]] layer_sums norm_sums(const layer& piece, state_type<D>& s, const parallel_options& exec = {}) const {
+        return device_step<lamb, D>::norm_sums(*this, piece, s, exec);
+    }
+    template <device D>
+        requires(!host_device<D>)
+    void apply_with_sums(const layer& piece, state_type<D>& s, float lr, layer_sums sums,
+                         const parallel_options& exec = {}) const {
+        device_step<lamb, D>::apply_with_sums(*this, piece, s, lr, sums, exec);
+    }
 
-private:
-    /// The scalars of step t of a layer with these flags.
+    /// The scalars of step t (from 1) of a layer with these flags, as every device's kernels take them.
     [[nodiscard]] detail::lamb_scalars scalars(layer_flags flags, std::uint64_t t) const;
 
+private:
     options_type options_;
 };
 

@@ -28,6 +28,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,7 @@
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/adam.hpp"
 #include "hitch/optim/detail/checks.hpp"
+#include "hitch/optim/detail/device_step.hpp"
 #include "hitch/optim/detail/norm.hpp"
 #include "hitch/optim/detail/tiers.hpp"
 #include "hitch/optim/momentum.hpp"
@@ -53,6 +55,20 @@ namespace hitch::optim {
 namespace detail {
 inline constexpr std::string_view lars_open = "lars<";
 inline constexpr std::string_view lars_close = ">";
+
+/// "lars<" + Base::name + ">" in static storage. Spelled out instead of join_names, whose reference template
+/// arguments nvcc's front end mistranslates: lars<Base> is also used in CUDA translation units.
+template <class Base>
+struct lars_name {
+    static constexpr std::size_t size = lars_open.size() + std::string_view(Base::name).size() + lars_close.size();
+    static constexpr fixed_string<size> value = [] {
+        fixed_string<size> out{};
+        std::size_t at = 0;
+        for (const std::string_view part : {lars_open, std::string_view(Base::name), lars_close})
+            for (const char c : part) out.chars[at++] = c;
+        return out;
+    }();
+};
 }  // namespace detail
 
 template <class B>
@@ -94,7 +110,7 @@ public:
     explicit lars(const options_type& options) : options_(options), base_(options.base) { options_.validate(); }
 
     [[nodiscard]] const options_type& options() const noexcept { return options_; }
-    static constexpr std::string_view name = join_names<detail::lars_open, Base::name, detail::lars_close>;
+    static constexpr std::string_view name = detail::lars_name<Base>::value.view();
     [[nodiscard]] const Base& base() const noexcept { return base_; }
 
     template <device D>
@@ -113,6 +129,12 @@ public:
     void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
         apply_with_sums(l, s, lr, norm_sums(l, s, exec), exec);
     }
+    /// The same step on a device the host cannot read, by that device's kernels (optim/detail/device_step.hpp).
+    template <device D>
+        requires(!host_device<D>)
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
+        device_step<lars, D>::step(*this, l, s, lr, exec);
+    }
 
     /// Phase 1 of a step split across the pieces of a layer (optim/split_step.hpp): this piece's ||w||^2 and
     /// ||g||^2 (zeros when the layer is excluded from adaptation, which needs no norms).
@@ -129,6 +151,18 @@ public:
         check_layer(piece, memory_space::host, std::string("hitch::optim::").append(name));
         const float wd = piece.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay;
         base_.apply(piece, s, lr, wd, trust_ratio_from_sums(piece.flags, sums), exec);
+    }
+    /// The two phases on a device the host cannot read (phase 1 returns the sums to the host).
+    template <device D>
+        requires(!host_device<D>)
+    [[nodiscard]] layer_sums norm_sums(const layer& piece, state_type<D>& s, const parallel_options& exec = {}) const {
+        return device_step<lars, D>::norm_sums(*this, piece, s, exec);
+    }
+    template <device D>
+        requires(!host_device<D>)
+    void apply_with_sums(const layer& piece, state_type<D>& s, float lr, layer_sums sums,
+                         const parallel_options& exec = {}) const {
+        device_step<lars, D>::apply_with_sums(*this, piece, s, lr, sums, exec);
     }
 
 private:

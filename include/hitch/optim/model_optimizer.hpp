@@ -8,6 +8,10 @@
 //                                                             layers);
 //   for (step ...) { backward(); opt.step(schedule(step, steps_per_epoch)); }
 //   opt.save(file);  ...  opt.load(file);   // resumes bit for bit
+//
+// On a device the host cannot read (a GPU), step(lr) runs the rule's plan from optim::device_step<O, D>, which
+// steps every layer in one fused launch where the device has such a kernel (hitch/cuda/optim/); step(i, lr) is the
+// rule's per-layer device step.
 
 #include <cstddef>
 #include <istream>
@@ -22,6 +26,7 @@
 #include "hitch/core/layer.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/device/cpu.hpp"
+#include "hitch/optim/detail/device_step.hpp"
 #include "hitch/optim/state_io.hpp"
 
 namespace hitch::optim {
@@ -52,6 +57,8 @@ public:
             check_layer(l, D::space, "hitch::optim::model_optimizer");
             states_.push_back(optimizer_.make_state(dev, l.size()));
         }
+        if constexpr (!host_device<D>)
+            plan_ = plan_type(optimizer_, std::span<const layer>(layers_), std::span<state_type>(states_), dev);
     }
     /// On the host.
     model_optimizer(const options_type& options, std::vector<layer> layers, const parallel_options& exec = {})
@@ -70,6 +77,8 @@ public:
     [[nodiscard]] state_type& state(std::size_t i) { return states_.at(i); }
     [[nodiscard]] const O& optimizer() const noexcept { return optimizer_; }
     [[nodiscard]] const parallel_options& execution() const noexcept { return exec_; }
+    /// The device the state lives on.
+    [[nodiscard]] D& device() const noexcept { return *device_; }
     void set_execution(const parallel_options& exec) {
         exec.validate();
         exec_ = exec;
@@ -86,6 +95,7 @@ public:
             throw config_error(detail::concat("hitch::optim::model_optimizer::rebind: layer '", l.name, "' has ",
                                               l.size(), " parameters; the new view has ", next.size()));
         l = next;
+        if constexpr (!host_device<D>) plan_.rebind(i, l, states_[i]);
     }
 
     /// One step of layer i.
@@ -97,7 +107,11 @@ public:
     }
     /// One step of every layer, in order.
     void step(float lr) {
-        for (std::size_t i = 0; i < layers_.size(); ++i) optimizer_.step(layers_[i], states_[i], lr, exec_);
+        if constexpr (host_device<D>) {
+            for (std::size_t i = 0; i < layers_.size(); ++i) optimizer_.step(layers_[i], states_[i], lr, exec_);
+        } else {
+            plan_.step(optimizer_, std::span<const layer>(layers_), std::span<state_type>(states_), lr, exec_);
+        }
     }
 
     /// Writes every layer's state (see hitch/optim/state_io.hpp for the form).
@@ -112,11 +126,14 @@ public:
     }
 
 private:
+    using plan_type = detail::plan_t<O, D>;
+
     O optimizer_;
     std::vector<layer> layers_;
     std::vector<state_type> states_;
     D* device_;
     parallel_options exec_;
+    [[no_unique_address]] plan_type plan_{};
 };
 
 }  // namespace hitch::optim

@@ -28,6 +28,7 @@
 #include "hitch/device/buffer.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/detail/checks.hpp"
+#include "hitch/optim/detail/device_step.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
 #include "hitch/optim/detail/tiers.hpp"
 
@@ -84,6 +85,12 @@ public:
     template <host_device D>
     void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
         apply(l, s, lr, l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay, 1.0f, exec);
+    }
+    /// The same step on a device the host cannot read, by that device's kernels (optim/detail/device_step.hpp).
+    template <device D>
+        requires(!host_device<D>)
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
+        device_step<momentum, D>::step(*this, l, s, lr, exec);
     }
 
     /// The step with an explicit weight decay and gradient scale (used by lars<momentum>).

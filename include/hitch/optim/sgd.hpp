@@ -21,6 +21,7 @@
 #include "hitch/device/buffer.hpp"
 #include "hitch/device/cpu.hpp"
 #include "hitch/optim/detail/checks.hpp"
+#include "hitch/optim/detail/device_step.hpp"
 #include "hitch/optim/detail/strict_fp.hpp"
 #include "hitch/optim/detail/tiers.hpp"
 
@@ -30,6 +31,8 @@ namespace hitch::optim {
 template <device D>
 struct sgd_state {
     std::uint64_t steps = 0;
+    /// The device the layer lives on: a device step runs on its stream (sgd has no buffer that would say so).
+    D* device = nullptr;
     [[nodiscard]] std::array<tensor_view<float>, 0> buffers() const noexcept { return {}; }
 };
 
@@ -55,14 +58,20 @@ public:
     static constexpr bool elementwise = true;
 
     template <device D>
-    [[nodiscard]] state_type<D> make_state(D& /*device*/, std::size_t /*n*/) const {
-        return {};
+    [[nodiscard]] state_type<D> make_state(D& dev, std::size_t /*n*/) const {
+        return {0, &dev};
     }
 
     /// One step of layer `l` with learning rate `lr`.
     template <host_device D>
     void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
         apply(l, s, lr, l.flags.exclude_from_weight_decay ? 0.0f : options_.weight_decay, 1.0f, exec);
+    }
+    /// The same step on a device the host cannot read, by that device's kernels (optim/detail/device_step.hpp).
+    template <device D>
+        requires(!host_device<D>)
+    void step(const layer& l, state_type<D>& s, float lr, const parallel_options& exec = {}) const {
+        device_step<sgd, D>::step(*this, l, s, lr, exec);
     }
 
     /// The step with an explicit weight decay and gradient scale (used by lars<sgd>).

@@ -14,10 +14,11 @@ namespace hitch::optim::detail {
 
 using hitch::detail::concat;
 
-/// The layer's views agree with each other and live on the host, every state buffer has the layer's size, and the
-/// learning rate is finite and not negative.
-inline void check_step(std::string_view who, const layer& l, std::initializer_list<std::size_t> state_sizes, float lr) {
-    check_layer(l, memory_space::host, who);
+/// The layer's views agree with each other and live in `space` (the host unless a device step says otherwise),
+/// every state buffer has the layer's size, and the learning rate is finite and not negative.
+inline void check_step(std::string_view who, const layer& l, std::initializer_list<std::size_t> state_sizes, float lr,
+                       memory_space space = memory_space::host) {
+    check_layer(l, space, who);
     std::size_t k = 0;
     for (std::size_t s : state_sizes) {
         if (s != l.size())
