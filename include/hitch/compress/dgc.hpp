@@ -62,6 +62,34 @@ struct dgc_options {
     }
 };
 
+namespace detail {
+
+/// Sum of g_i^2 in double, in a fixed order that the GPU reproduces: blocks of tuning::dgc_norm_block elements, each
+/// with eight lanes (element i of a block into lane i % 8, in order) folded ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7));
+/// the blocks' sums added in order within groups of tuning::dgc_norm_group blocks, and the groups' sums in order.
+/// A float's square is exact in double, so only the order of the additions matters.
+[[nodiscard]] inline double dgc_squared_norm(const float* g, std::size_t n) {
+    constexpr std::size_t block = tuning::dgc_norm_block, group = block * tuning::dgc_norm_group;
+    double total = 0.0;
+    for (std::size_t g0 = 0; g0 < n; g0 += group) {
+        double group_sum = 0.0;
+        for (std::size_t b0 = g0; b0 < std::min(n, g0 + group); b0 += block) {
+            double lanes[8] = {};
+            const std::size_t end = std::min(n, b0 + block);
+            std::size_t i = b0;
+            for (; i + 8 <= end; i += 8)
+                for (std::size_t j = 0; j < 8; ++j) lanes[j] += static_cast<double>(g[i + j]) * g[i + j];
+            for (std::size_t j = 0; i < end; ++i, ++j) lanes[j] += static_cast<double>(g[i]) * g[i];
+            group_sum +=
+                ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+        }
+        total += group_sum;
+    }
+    return total;
+}
+
+}  // namespace detail
+
 /// Deep Gradient Compression: momentum-corrected, clipped, masked top-k with a warm-up schedule.
 class dgc : public detail::codec_base<dgc> {
 public:
@@ -118,15 +146,7 @@ public:
         if (s.u.size() != n || s.v.size() != n || s.u_other.size() != n || s.v_other.size() != n)
             throw config_error(hitch::detail::concat(who, ": the state's vectors do not match the bucket of ", n));
         // The norm pass also refuses non-finite gradients before the state changes.
-        double norm2 = 0.0;
-        {
-            double lanes[8] = {};
-            std::size_t i = 0;
-            for (; i + 8 <= n; i += 8)
-                for (std::size_t j = 0; j < 8; ++j) lanes[j] += static_cast<double>(g[i + j]) * g[i + j];
-            for (; i < n; ++i) lanes[0] += static_cast<double>(g[i]) * g[i];
-            for (double x : lanes) norm2 += x;
-        }
+        const double norm2 = detail::dgc_squared_norm(g.data(), n);
         if (!std::isfinite(norm2)) detail::throw_non_finite(who);
         float scale = 1.0f;
         if (options_.clip_norm > 0.0) {

@@ -56,4 +56,13 @@ inline constexpr std::size_t topk_sample_share = 4;
 /// ... and k a small part of it (k * this <= n); otherwise exact selection runs at once. No figure recorded.
 inline constexpr std::size_t topk_selected_share = 16;
 
+// ---- dgc (dgc.hpp) ------------------------------------------------------------------------------------------------
+
+/// DGC's squared gradient norm is summed in blocks of this many elements (eight lanes per block) ...
+inline constexpr std::size_t dgc_norm_block = 2048;
+/// ... whose sums are added in groups of this many blocks, the groups then in order: a fixed order that the GPU's
+/// reduction (cuda/compress/dgc.cuh) reproduces, one thread per lane and one thread block per group. Set with the
+/// GPU codec, no figure recorded. Fixes the bits (of the clipping scale).
+inline constexpr std::size_t dgc_norm_group = 128;
+
 }  // namespace hitch::compress::tuning
