@@ -20,6 +20,7 @@ TEST_CASE("step metrics are one JSON object per line with every field", "[train]
     m.skipped = true;
     m.bytes_sent = 1 << 20;
     m.comm_ms = 1.5;
+    m.wait_ms = 0.75;
     m.compute_ms = 7.25;
     m.elapsed_s = 3.5;
     m.grad_norm = 2.5;
@@ -43,14 +44,17 @@ TEST_CASE("step metrics are one JSON object per line with every field", "[train]
     CHECK(j["skipped"] == true);
     CHECK(j["bytes_sent"] == (1 << 20));
     CHECK(j["comm_ms"] == 1.5);
+    CHECK(j["wait_ms"] == 0.75);
     CHECK(j["compute_ms"] == 7.25);
     CHECK(j["elapsed_s"] == 3.5);
     CHECK(j["grad_norm"] == 2.5);
     CHECK(j["micro_batches"] == 4);
     CHECK(j["accumulated"] == false);
-    CHECK(j.size() == 15);
+    CHECK(j.size() == 16);
     std::getline(lines, line);
     CHECK(nlohmann::json::parse(line)["loss"].is_null());  // NaN is written as null, keeping the line valid JSON
+    m.wait_ms.reset();                                     // not measured (the collectives' check off)
+    CHECK(nlohmann::json::parse(m.to_json())["wait_ms"].is_null());
 }
 
 TEST_CASE("the timeline is valid trace-event JSON with one complete event per span", "[train][timeline]") {

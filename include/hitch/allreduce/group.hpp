@@ -14,6 +14,11 @@
 // that runs queued calls in the order they were issued (as Horovod's background thread does). Blocking calls run
 // on the caller's thread when nothing is queued, else in turn behind the queued ones. Every rank must issue the
 // same calls in the same order; each call checks that (see call_options::check).
+//
+// Given an observer with a stall callback, a group also runs a stall inspector (Horovod's): a call that has waited
+// stall_options::warning_s on a reporting rank is reported with the ranks that have not entered it yet
+// (allreduce/detail/stall_inspector.hpp). And it counts how long its calls waited for the other ranks to enter them
+// (waited(): the agreement round that opens each checked call ends only once every rank has entered it).
 
 #include <atomic>
 #include <chrono>
@@ -28,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -38,6 +44,7 @@
 #include "hitch/allreduce/automatic/calibration.hpp"
 #include "hitch/allreduce/automatic/decisions.hpp"
 #include "hitch/allreduce/cost.hpp"
+#include "hitch/allreduce/detail/stall_inspector.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/transport.hpp"
 #include "hitch/comm/agree.hpp"
@@ -45,6 +52,7 @@
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/dtype.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/core/observer.hpp"
 #include "hitch/core/options.hpp"
 
 namespace hitch::allreduce {
@@ -246,9 +254,28 @@ private:
 template <communicator C>
 class group {
 public:
-    /// Collective over `parent`: splits a private communicator for hitch's traffic.
-    explicit group(C& parent) : comm_(parent.split(0, parent.rank())), timeout_s_(parent.timeout().count()) {
+    /// Collective over `parent`: splits a private communicator for hitch's traffic. A rank that reports stalls
+    /// (`watch.stall` set, stall.warning_s > 0, and rank 0 or stall.every_rank) has each call that waits
+    /// stall.warning_s reported to its observer; once any rank reports, every rank runs the inspector's service
+    /// thread, which answers the reporters (so ranks may differ in their observers and options). Communicators
+    /// with a clock of their own (comm::simulated: virtual time) run no inspector.
+    explicit group(C& parent, const observer& watch = {}, const stall_options& stall = {})
+        : comm_(parent.split(0, parent.rank())), timeout_s_(parent.timeout().count()) {
+        stall.validate();
         attach_pipes(comm_, state_);  // processes on one node: the transport's staged path
+        if constexpr (!has_clock<C>) {
+            if (comm_.size() > 1) {
+                const bool reports = watch.stall && stall.warning_s > 0.0 && (stall.every_rank || comm_.rank() == 0);
+                const std::vector<double> thresholds = comm::allgather_value(comm_, reports ? stall.warning_s : 0.0);
+                double shortest = 0.0;
+                for (const double t : thresholds)
+                    if (t > 0.0 && (shortest == 0.0 || t < shortest)) shortest = t;
+                if (shortest > 0.0)
+                    inspector_ = std::make_unique<detail::stall_inspector<C>>(
+                        comm_.split(0, comm_.rank()), reports ? watch.stall : nullptr, stall.warning_s, shortest,
+                        [](std::uint8_t op) { return name(static_cast<operation>(op)); });
+            }
+        }
     }
     group(const group&) = delete;
     group& operator=(const group&) = delete;
@@ -292,6 +319,15 @@ public:
         state_.slots.erase(detail::automatic_profile_slot);
         state_.slots.erase(detail::automatic_decisions_slot);
     }
+
+    /// How long this rank's calls have waited, in all, for the other ranks to enter them: the time each call spent
+    /// in its agreement round (call_options::check), which ends once every rank has entered the call. Calls with
+    /// the check off are not counted.
+    [[nodiscard]] seconds_f waited() const noexcept {
+        return std::chrono::duration<double, std::nano>(static_cast<double>(waited_ns_.load()));
+    }
+    /// True when this group runs a stall inspector.
+    [[nodiscard]] bool inspects_stalls() const noexcept { return inspector_ != nullptr; }
 
     /// Scratch memory held by the group (for tests and diagnostics).
     [[nodiscard]] std::size_t scratch_bytes() const { return state_.arena.capacity(); }
@@ -367,9 +403,23 @@ private:
         d.sequence = sequence;
         const seconds_f timeout = options.timeout_s > 0 ? seconds_f(options.timeout_s) : this->timeout();
         const deadline limit = deadline_for(comm_, timeout);
+        struct inspected {
+            detail::stall_inspector<C>* inspector;
+            std::uint64_t sequence;
+            ~inspected() {
+                if (inspector != nullptr) inspector->left(sequence);
+            }
+        } watched{inspector_.get(), sequence};
+        if (inspector_) inspector_->entered(sequence, d.operation, d.schedule_name(), timeout);
         try {
             const bool checked = options.check && comm_.size() > 1;
-            if (checked) check(d, timeout);
+            if (checked) {
+                const auto start = std::chrono::steady_clock::now();
+                check(d, timeout);
+                waited_ns_ += static_cast<std::uint64_t>(
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+                        .count());
+            }
             comm_.set_timeout(timeout);
             // Two call numbers after each call's own are automatic's (allreduce/automatic/calibration.hpp).
             transport<C> t(comm_, sequence * detail::sequence_stride, limit, options.shared_memory, state_);
@@ -444,7 +494,9 @@ private:
     std::uint64_t next_sequence_ = 0;
     bool busy_ = false;
     bool stopping_ = false;
+    std::atomic<std::uint64_t> waited_ns_{0};
     std::thread worker_;
+    std::unique_ptr<detail::stall_inspector<C>> inspector_;  // last: stopped first, before the calls' state goes
 };
 
 }  // namespace hitch::allreduce

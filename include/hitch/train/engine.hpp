@@ -76,7 +76,7 @@ public:
           control_(comm.split(0, comm.rank())),
           self_(asynchronous_policy<P> ? std::optional<C>(comm.split(comm.rank(), 0)) : std::nullopt),
           nodes_(node_layout_of(control_)),
-          group_(comm),
+          group_(comm, options_.observer, options_.stall),
           weights_(dev, agreed_layers(control_, std::move(layers))),
           buckets_(group_, options_.compressor, weights_.layers(), options_.bucket_bytes, options_.check_collectives,
                    options_.timeline, nodes_),
@@ -127,6 +127,7 @@ public:
         if (options_.overlap && P::exchanges_gradients) pipeline_.start();
         server_.start(comm, dev, layers32(), options_.optimizer, options_.compressor, policy_, options_.execution);
         if (server_.active()) weights_.write_back();
+        waited_until_last_step_ = group_.waited();
         last_step_end_ = std::chrono::steady_clock::now();
     }
 
@@ -162,6 +163,7 @@ public:
             compute_ms_ = 0.0;
             (void)buckets_.take_bytes_sent();
             comm_ns_.store(0);
+            waited_until_last_step_ = group_.waited();
             throw;
         }
         reset_step();
@@ -191,6 +193,9 @@ public:
         m.skipped = !result.applied;
         m.bytes_sent = buckets_.take_bytes_sent();
         m.comm_ms = static_cast<double>(comm_ns_.exchange(0)) * 1e-6;
+        const seconds_f waited = group_.waited();
+        if (options_.check_collectives) m.wait_ms = (waited - waited_until_last_step_).count() * 1e3;
+        waited_until_last_step_ = waited;
         m.compute_ms = compute_ms_;
         m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *first_step_).count();
         m.grad_norm = result.applied ? grad_norm_ : std::nullopt;
@@ -560,6 +565,7 @@ private:
     std::uint64_t losses_ = 0;
     std::optional<std::chrono::steady_clock::time_point> window_start_;
     std::atomic<std::uint64_t> comm_ns_{0};
+    seconds_f waited_until_last_step_{};  // group_.waited() at the end of the last step (for wait_ms)
     std::chrono::steady_clock::time_point last_step_end_;
     std::optional<std::chrono::steady_clock::time_point> first_step_;
 

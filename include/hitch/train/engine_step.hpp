@@ -81,11 +81,19 @@ void engine<O, X, P, S, C, D, Param>::run_bucket(std::size_t b) {
     const auto start = std::chrono::steady_clock::now();
     {
         auto span = trace(concat("exchange bucket ", b), "comm");
+        const seconds_f waited_before = group_.waited();
         try {
             buckets_.exchange(b, options_.schedule);
         } catch (const timeout_error& e) {
             // In the user's words first (the step, the bucket and its layers), then the internal call.
             throw timeout_error(describe_bucket(b), concat("inside ", e.operation()), e.waited(), e.missing());
+        }
+        // The wait for the other ranks opens the exchange (its agreement round): shown as a span of its own.
+        const seconds_f waited = group_.waited() - waited_before;
+        if (timeline_ != nullptr && waited.count() > 0.0) {
+            span.arg("wait_ms", waited.count() * 1e3);
+            timeline_->record(concat("wait for ranks (bucket ", b, ")"), "wait", start,
+                              start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(waited), "");
         }
     }
     comm_ns_ += ns(start, std::chrono::steady_clock::now());

@@ -1,8 +1,8 @@
 #pragma once
 // Per-step metrics as JSON lines, one object per step and rank:
 //   {"step":12,"epoch":0,"rank":1,"loss":0.41,"accuracy":null,"lr":0.1,"loss_scale":65536,"skipped":false,
-//    "bytes_sent":1048576,"comm_ms":3.2,"compute_ms":11.9,"elapsed_s":4.5,"grad_norm":null,"micro_batches":1,
-//    "accumulated":false}
+//    "bytes_sent":1048576,"comm_ms":3.2,"wait_ms":0.4,"compute_ms":11.9,"elapsed_s":4.5,"grad_norm":null,
+//    "micro_batches":1,"accumulated":false}
 // data_parallel fills what it knows (step, rank, lr, loss scale, skipped, bytes, times); the training loop adds
 // loss, accuracy and epoch. The library writes only to streams the caller hands it.
 
@@ -28,6 +28,9 @@ struct step_metrics {
     bool skipped = false;
     std::uint64_t bytes_sent = 0;
     double comm_ms = 0.0;
+    /// Of the step's collectives, the time this rank waited for the other ranks to enter them (group::waited());
+    /// absent when the collectives' agreement check is off (then it is not measured).
+    std::optional<double> wait_ms;
     double compute_ms = 0.0;
     /// Seconds since the first step began (for curves against time).
     double elapsed_s = 0.0;
@@ -60,6 +63,8 @@ struct step_metrics {
         number("loss_scale", loss_scale);
         s << ",\"skipped\":" << (skipped ? "true" : "false") << ",\"bytes_sent\":" << bytes_sent << ',';
         number("comm_ms", comm_ms);
+        s << ',';
+        number("wait_ms", wait_ms);
         s << ',';
         number("compute_ms", compute_ms);
         s << ',';

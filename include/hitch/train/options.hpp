@@ -12,6 +12,7 @@
 #include "hitch/concepts/compressor.hpp"
 #include "hitch/concepts/optimizer.hpp"
 #include "hitch/concepts/sync_policy.hpp"
+#include "hitch/core/observer.hpp"
 #include "hitch/core/options.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/optim/lr/constant.hpp"
@@ -95,6 +96,11 @@ struct data_parallel_options {
     /// Optional sinks: a timeline of every span, and one JSON line of metrics per step.
     train::timeline* timeline = nullptr;
     std::ostream* metrics = nullptr;
+    /// What the library tells this rank while it runs (core/observer.hpp): with `observer.stall` set, a gradient
+    /// exchange (or any other collective of the step) that has waited `stall.warning_s` for ranks that have not
+    /// come is reported, on rank 0 (or every rank: stall.every_rank), naming them. None by default.
+    hitch::observer observer{};
+    hitch::stall_options stall{};
 
     /// The codec's options, without naming its type again: o.compressor_options({.density = 0.01}) builds
     /// `compressor` from them (for error_feedback<topk>, topk's options; a codec of your own needs an options_type
@@ -115,6 +121,7 @@ struct data_parallel_options {
             .closed("accumulation_steps", accumulation_steps, std::uint64_t{1}, std::uint64_t{1} << 20)
             .non_negative("clip_grad_norm", clip_grad_norm)
             .closed("zero_stage", zero_stage, 0u, 2u);
+        stall.validate();
         if (loss_scaling) scaler.validate();
         execution.validate();
     }
