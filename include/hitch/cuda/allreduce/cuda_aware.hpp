@@ -25,6 +25,9 @@
 
 namespace hitch::cuda::allreduce {
 
+/// comm::mpi's name (C::name), the communicator whose library is asked.
+inline constexpr std::string_view mpi_communicator_name = "comm::mpi";
+
 /// The environment variable that overrides the detection.
 inline constexpr std::string_view cuda_aware_variable = "HITCH_CUDA_AWARE_MPI";
 
@@ -78,7 +81,7 @@ struct cuda_awareness {
 }
 
 /// Decides whether device pointers go to the communicator (see the file comment). `communicator` is its name
-/// (C::name), `carries` its own declaration, `mpi` what the MPI library says (used for "mpi" only), `environment`
+/// (C::name), `carries` its own declaration, `mpi` what the MPI library says (asked for comm::mpi only), `environment`
 /// the value of HITCH_CUDA_AWARE_MPI.
 [[nodiscard]] inline cuda_awareness decide_cuda_aware(device_path path, std::optional<std::string_view> environment,
                                                       std::string_view communicator, bool carries,
@@ -88,8 +91,9 @@ struct cuda_awareness {
     if (path == device_path::direct) return {true, "device_options::path = direct"};
     if (const std::optional<bool> forced = parse_cuda_aware_override(environment))
         return {*forced, concat(cuda_aware_variable, " = ", *environment)};
-    if (carries) return {true, concat("comm::", communicator, " carries device memory")};
-    if (communicator != "mpi") return {false, concat("comm::", communicator, " does not carry device memory")};
+    if (carries) return {true, concat(communicator, " carries device memory")};
+    if (communicator != mpi_communicator_name)
+        return {false, concat(communicator, " does not carry device memory")};
     if (!mpi.installed)
         return {false, "hitch/cuda/allreduce/mpi.hpp is not included, so the MPI library was not asked"};
     if (!mpi.declared || mpi.query == nullptr)

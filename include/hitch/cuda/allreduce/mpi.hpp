@@ -46,6 +46,9 @@ inline int ask_mpi_cuda_support() {
 #endif
 }
 
+static_assert(hitch::comm::mpi::name == mpi_communicator_name,
+              "cuda_aware.hpp asks the MPI library for the communicator of this name");
+
 namespace detail {
 inline const bool mpi_cuda_query_installed = (install_mpi_cuda_query(mpi_library_cuda_query()), true);
 }  // namespace detail
