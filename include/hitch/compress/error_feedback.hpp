@@ -55,6 +55,21 @@ struct summable_of<Codec, T> {
 
 inline constexpr std::string_view ef_prefix = "ef_";
 
+/// "ef_" followed by Codec::name, in static storage (what join_names<ef_prefix, Codec::name> gives, spelled without
+/// a reference template argument naming a member of Codec, which nvcc's front end cannot pass on: a .cu file that
+/// includes this header then compiles too).
+template <class Codec>
+struct ef_name {
+    static constexpr std::size_t size = ef_prefix.size() + Codec::name.size();
+    static constexpr fixed_string<size> value = [] {
+        fixed_string<size> out{};
+        std::size_t at = 0;
+        for (const char c : ef_prefix) out.chars[at++] = c;
+        for (const char c : Codec::name) out.chars[at++] = c;
+        return out;
+    }();
+};
+
 }  // namespace detail
 
 /// Wraps any codec with a per-bucket residual (error feedback).
@@ -69,7 +84,7 @@ public:
     using inner_codec = Codec;
     using options_type = typename Codec::options_type;
     static constexpr std::uint8_t codec_id = Codec::codec_id;
-    static constexpr std::string_view name = join_names<detail::ef_prefix, Codec::name>;
+    static constexpr std::string_view name = detail::ef_name<Codec>::value.view();
     static constexpr std::string_view who = "hitch::compress::error_feedback";
     static constexpr bool additive = Codec::additive;
     static constexpr bool needs_error_feedback = false;

@@ -61,6 +61,8 @@ struct sign_sums {
 };
 
 inline constexpr std::size_t sign_block = 512;
+/// A bucket sent as one group sums its blocks' sums in runs of this many blocks (fixes the bits of its two means).
+inline constexpr std::size_t sign_sum_blocks = 128;
 
 /// Tail of a block (fewer than 8 elements): packs them into one byte, adds into the lane arrays.
 template <bool EF>
@@ -348,11 +350,20 @@ private:
                 detail::sign_pass<EF>(g + b, EF ? r_in + b : nullptr, bits + b / 8, e - b,
                                       partials.data() + b / detail::sign_block);
             });
+            // The block sums in order within runs of sign_sum_blocks blocks, then the runs' sums in order: a fixed
+            // order that a GPU reproduces with one thread per run (a single chain over n / 512 blocks would not
+            // spread). Buckets of up to sign_sum_blocks * 512 elements are one run.
             detail::sign_sums total;
-            for (const auto& s : partials) {
-                total.positive += s.positive;
-                total.negative += s.negative;
-                total.negatives += s.negatives;
+            for (std::size_t r0 = 0; r0 < partials.size(); r0 += detail::sign_sum_blocks) {
+                detail::sign_sums run;
+                for (std::size_t b = r0; b < std::min(partials.size(), r0 + detail::sign_sum_blocks); ++b) {
+                    run.positive += partials[b].positive;
+                    run.negative += partials[b].negative;
+                    run.negatives += partials[b].negatives;
+                }
+                total.positive += run.positive;
+                total.negative += run.negative;
+                total.negatives += run.negatives;
             }
             if (!std::isfinite(total.positive) || !std::isfinite(total.negative)) detail::throw_non_finite(who, what);
             const std::pair<float, float> ab = values(total, n);

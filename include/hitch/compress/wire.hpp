@@ -21,6 +21,7 @@
 // decoder read or write outside its buffers. The header is a multiple of 8 bytes, so the payload of a message
 // held in a std::vector<std::byte> starts suitably aligned for any element type.
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -212,16 +213,15 @@ struct expect {
     std::uint8_t flags = 0;
 };
 
-/// Validates the header and checksum of `bytes` and returns header and payload. Throws corrupt_message_error on
-/// anything inconsistent: short buffer, wrong magic (a foreign message), unknown version, another codec's message,
-/// an element type that is not floating, unknown flags, a nonzero reserved field, a payload length that does not
-/// match the buffer, or a bad checksum.
-[[nodiscard]] inline message_view open(std::span<const std::byte> bytes, const expect& e) {
-    if (bytes.size() < header_bytes)
-        corrupt(e.who, hitch::detail::concat("truncated: ", bytes.size(), " bytes, shorter than the ", header_bytes,
-                                             "-byte header"));
+/// The checks of open() that read only the header and the message's size, in open()'s order and with its texts:
+/// `head` holds the message's first min(size, header_bytes) bytes. A reader whose message lies elsewhere (in device
+/// memory) checks the header with this and the checksum with check_checksum, and so reports what open() would.
+[[nodiscard]] inline header check_header(std::span<const std::byte> head, std::size_t size, const expect& e) {
+    if (size < header_bytes || head.size() < header_bytes)
+        corrupt(e.who,
+                hitch::detail::concat("truncated: ", size, " bytes, shorter than the ", header_bytes, "-byte header"));
     std::uint32_t reserved = 0;
-    const header h = read_header(bytes.data(), &reserved);
+    const header h = read_header(head.data(), &reserved);
     if (h.magic != e.magic)
         corrupt(e.who,
                 hitch::detail::concat("magic \"", magic_text(h.magic), "\" is not \"", magic_text(e.magic),
@@ -236,13 +236,26 @@ struct expect {
                 hitch::detail::concat("element type code ", static_cast<int>(h.type), " is not a floating type"));
     if (h.flags != e.flags) corrupt(e.who, hitch::detail::concat("flags ", int{h.flags}, " are not ", int{e.flags}));
     if (reserved != 0) corrupt(e.who, "reserved header field is not zero");
-    if (h.payload_bytes != bytes.size() - header_bytes)
+    if (h.payload_bytes != size - header_bytes)
         corrupt(e.who, hitch::detail::concat("header announces ", h.payload_bytes, " payload bytes but ",
-                                             bytes.size() - header_bytes, " follow the header (truncated or padded)"));
-    const std::uint32_t actual = checksum_of(bytes);
+                                             size - header_bytes, " follow the header (truncated or padded)"));
+    return h;
+}
+
+/// open()'s last check: `actual` is the checksum of the whole message (checksum_of).
+inline void check_checksum(const header& h, std::uint32_t actual, std::string_view who) {
     if (actual != h.checksum)
-        corrupt(e.who, hitch::detail::concat("checksum mismatch (header says 0x", std::hex, h.checksum,
-                                             ", bytes give 0x", actual, ")"));
+        corrupt(who, hitch::detail::concat("checksum mismatch (header says 0x", std::hex, h.checksum, ", bytes give 0x",
+                                           actual, ")"));
+}
+
+/// Validates the header and checksum of `bytes` and returns header and payload. Throws corrupt_message_error on
+/// anything inconsistent: short buffer, wrong magic (a foreign message), unknown version, another codec's message,
+/// an element type that is not floating, unknown flags, a nonzero reserved field, a payload length that does not
+/// match the buffer, or a bad checksum.
+[[nodiscard]] inline message_view open(std::span<const std::byte> bytes, const expect& e) {
+    const header h = check_header(bytes.first(std::min(bytes.size(), header_bytes)), bytes.size(), e);
+    check_checksum(h, checksum_of(bytes), e.who);
     return {h, bytes.subspan(header_bytes)};
 }
 
