@@ -28,6 +28,7 @@
 #include "hitch/compress/detail/device_codec.hpp"
 #include "hitch/compress/dgc.hpp"
 #include "hitch/compress/tuning.hpp"
+#include "hitch/cuda/compress/codec.cuh"
 #include "hitch/cuda/compress/detail/sparse.cuh"
 #include "hitch/cuda/compress/topk.cuh"
 #include "hitch/device/buffer.hpp"
@@ -131,15 +132,19 @@ public:
     [[nodiscard]] std::size_t max_message_bytes(std::size_t n) const noexcept { return codec_.max_message_bytes(n); }
     [[nodiscard]] double density(std::uint64_t step) const noexcept { return codec_.density(step); }
 
-    std::size_t encode(cuda::device& dev, tensor_view<const float> g, state& s,
-                       cuda::compress::device_message& out) const {
+    /// Encodes the bucket `in` (any floating type, as floats) into `out`; returns the message's size.
+    template <class T>
+        requires floating_element<std::remove_const_t<T>>
+    std::size_t encode(cuda::device& dev, tensor_view<T> in, state& s, cuda::compress::device_message& out) const {
+        namespace cd = cuda::compress::detail;
         namespace sp = cuda::compress::detail::sparse;
         namespace tuning = hitch::compress::tuning;
-        const std::size_t n = g.size();
-        sp::require_device(g, who);
-        sp::check_count(who, s.count, n);
+        const std::size_t n = in.size();
+        cd::require_device(in, who);
+        cd::check_state_size(who, s.count, n);
         if (s.u.size() != n || s.v.size() != n || s.u_other.size() != n || s.v_other.size() != n)
             throw config_error(hitch::detail::concat(who, ": the state's vectors do not match the bucket of ", n));
+        const cd::device_floats g(dev, in);
         const auto& o = codec_.options();
         sp::activate(dev);
         const cudaStream_t stream = dev.stream();
@@ -168,8 +173,8 @@ public:
             sp::select_topk(dev, s.select, s.v_other.data(), n, k, true, sp::draw_key(o.seed, 0, s.step), how);
         if (sp::read_back(dev, scalars).non_finite != 0) hitch::compress::detail::throw_non_finite(who);
         if (!r.finite) hitch::compress::detail::throw_non_finite(who, "the accumulated velocity");
-        const std::size_t size =
-            sp::write_sparse_message(dev, s.select, s.offsets, s.v_other.data(), n, k, dgc::codec_id, dtype::f32, out);
+        const std::size_t size = sp::write_sparse_message(dev, s.select, s.offsets, s.v_other.data(), n, k,
+                                                          dgc::codec_id, dtype_of<std::remove_const_t<T>>(), out);
         if (k != 0) {
             sp::dgc_mask_kernel<<<cuda::detail::grid_blocks(k), cuda::detail::block_threads, 0, stream>>>(
                 s.u_other.data(), s.v_other.data(), s.select.selected.data(), k);
@@ -188,11 +193,15 @@ public:
         if (s.step > 0) --s.step;
     }
 
-    void decode(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> out) const {
-        decode_any<false>(dev, message, out);
+    template <class T>
+        requires floating_element<T>
+    void decode(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> out) const {
+        cuda::compress::detail::sparse::decode_sparse_message<false>(dev, message, out, who, dgc::codec_id);
     }
-    void decode_add(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> acc) const {
-        decode_any<true>(dev, message, acc);
+    template <class T>
+        requires floating_element<T>
+    void decode_add(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> acc) const {
+        cuda::compress::detail::sparse::decode_sparse_message<true>(dev, message, acc, who, dgc::codec_id);
     }
 
     /// The host codec's blob: u64 step | n floats u | n floats v.
@@ -220,16 +229,6 @@ public:
     }
 
 private:
-    template <bool Add>
-    void decode_any(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> out) const {
-        namespace sp = cuda::compress::detail::sparse;
-        sp::require_device(out, who);
-        const cuda::compress::device_message_view m = cuda::compress::open(dev, message, {who, dgc::codec_id});
-        cuda::compress::expect_count(m, out.size(), who);
-        sp::read_workspace rw;
-        sp::decode_sparse<Add>(dev, rw, m, out.data(), out.size(), who);
-    }
-
     dgc codec_{};
 };
 

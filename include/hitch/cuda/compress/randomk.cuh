@@ -30,6 +30,7 @@
 
 #include "hitch/compress/detail/device_codec.hpp"
 #include "hitch/compress/randomk.hpp"
+#include "hitch/cuda/compress/codec.cuh"
 #include "hitch/cuda/compress/detail/sparse.cuh"
 #include "hitch/cuda/compress/detail/sparse_random.hpp"
 #include "hitch/cuda/compress/detail/sparse_tuning.hpp"
@@ -304,29 +305,36 @@ public:
     /// The drawn coordinates of the last encode (device memory, ascending; `s.drawn` of them).
     [[nodiscard]] const std::uint64_t* indices(const state& s) const noexcept { return s.draw.indices.data(); }
 
-    std::size_t encode(cuda::device& dev, tensor_view<const float> v, state& s,
-                       cuda::compress::device_message& out) const {
-        namespace sp = cuda::compress::detail::sparse;
-        sp::require_device(v, who);
-        sp::check_count(who, s.count, v.size());
-        check_finite(dev, v.data(), v.size(), s, "the bucket");
-        draw(dev, s, v.size());
-        return write(dev, v.data(), s, out);
+    /// Encodes `in` (any floating type, as floats) into `out`; returns the message's size.
+    template <class T>
+        requires floating_element<std::remove_const_t<T>>
+    std::size_t encode(cuda::device& dev, tensor_view<T> in, state& s, cuda::compress::device_message& out) const {
+        namespace cd = cuda::compress::detail;
+        cd::require_device(in, who);
+        cd::check_state_size(who, s.count, in.size());
+        const cd::device_floats v(dev, in);
+        check_finite(dev, v.data(), in.size(), s, "the bucket");
+        draw(dev, s, in.size());
+        return write(dev, v.data(), dtype_of<std::remove_const_t<T>>(), s, out);
     }
 
     /// Encodes v = g + r_in at the drawn coordinates; r_out = v - D(m).
-    std::size_t encode_ef(cuda::device& dev, tensor_view<const float> g, tensor_view<const float> r_in,
-                          tensor_view<float> r_out, state& s, cuda::compress::device_message& out) const {
+    template <class T>
+        requires floating_element<std::remove_const_t<T>>
+    std::size_t encode_ef(cuda::device& dev, tensor_view<T> g, tensor_view<const float> r_in, tensor_view<float> r_out,
+                          state& s, cuda::compress::device_message& out) const {
+        namespace cd = cuda::compress::detail;
         namespace sp = cuda::compress::detail::sparse;
         const std::size_t n = g.size();
-        sp::require_device(g, who);
-        sp::check_count(who, s.count, n);
-        sp::check_residuals(who, n, r_in, r_out);
-        sp::activate(dev);
-        sp::add_residual(dev, g.data(), r_in.data(), r_out.data(), n);
+        cd::require_device(g, who);
+        cd::check_state_size(who, s.count, n);
+        cd::check_residuals(who, r_in, r_out, n);
+        const cd::device_floats gf(dev, g);
+        cd::activate(dev);
+        sp::add_residual(dev, gf.data(), r_in.data(), r_out.data(), n);
         check_finite(dev, r_out.data(), n, s, "the bucket plus its residual");
         draw(dev, s, n);
-        const std::size_t size = write(dev, r_out.data(), s, out);
+        const std::size_t size = write(dev, r_out.data(), dtype_of<std::remove_const_t<T>>(), s, out);
         if (s.drawn != 0) {
             sp::randomk_residual_kernel<<<cuda::detail::grid_blocks(s.drawn), cuda::detail::block_threads, 0,
                                           dev.stream()>>>(r_out.data(), indices(s), s.drawn, codec_.factor(n));
@@ -335,44 +343,60 @@ public:
         return size;
     }
 
-    void decode(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> out) const {
+    template <class T>
+        requires floating_element<T>
+    void decode(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> out) const {
         decode_any<false>(dev, message, out);
     }
-    void decode_add(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> acc) const {
+    template <class T>
+        requires floating_element<T>
+    void decode_add(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> acc) const {
         decode_any<true>(dev, message, acc);
     }
 
-    // The additive form: the k values at the drawn coordinates; every rank drew the same ones.
+    // The additive form: the k values at the drawn coordinates (device floats); every rank drew the same ones.
     [[nodiscard]] std::size_t summable_count(const state&, std::size_t n) const noexcept { return k(n); }
-    void encode_summable(cuda::device& dev, tensor_view<const float> in, state& s, tensor_view<float> out) const {
+    template <class T, class S>
+        requires floating_element<std::remove_const_t<T>>
+    void encode_summable(cuda::device& dev, tensor_view<T> in, state& s, tensor_view<S> out) const {
+        static_assert(std::is_same_v<S, float>, "encode_summable writes summable_t values (float)");
+        namespace cd = cuda::compress::detail;
         namespace sp = cuda::compress::detail::sparse;
-        sp::require_device(in, who);
-        sp::require_device(out, who);
-        sp::check_count(who, s.count, in.size());
+        cd::require_device(in, who);
+        cd::require_device(out, who);
+        cd::check_state_size(who, s.count, in.size());
         if (out.size() < k(in.size()))
-            throw config_error(
-                hitch::detail::concat(who, ": room for ", out.size(), " summable values, ", k(in.size()), " needed"));
-        check_finite(dev, in.data(), in.size(), s, "the bucket");
+            throw config_error(hitch::detail::concat(who, ": ", out.size(), " summable values for ", k(in.size()),
+                                                     " drawn coordinates"));
+        const cd::device_floats v(dev, in);
+        check_finite(dev, v.data(), in.size(), s, "the bucket");
         draw(dev, s, in.size());
         if (s.drawn != 0) {
             sp::randomk_summable_kernel<<<cuda::detail::grid_blocks(s.drawn), cuda::detail::block_threads, 0,
-                                          dev.stream()>>>(out.data(), indices(s), s.drawn, in.data(),
+                                          dev.stream()>>>(out.data(), indices(s), s.drawn, v.data(),
                                                           codec_.factor(in.size()));
             sp::check_launch("hitch::cuda::compress randomk_summable_kernel");
         }
     }
-    void decode_summed(cuda::device& dev, tensor_view<const float> sum, const state& s, tensor_view<float> out) const {
+    /// out = the summed values at the drawn coordinates, zeros elsewhere.
+    template <class S, class T>
+        requires floating_element<T>
+    void decode_summed(cuda::device& dev, tensor_view<const S> sum, const state& s, tensor_view<T> out) const {
+        static_assert(std::is_same_v<S, float>, "decode_summed reads summable_t values (float)");
+        namespace cd = cuda::compress::detail;
         namespace sp = cuda::compress::detail::sparse;
-        sp::require_device(sum, who);
-        sp::require_device(out, who);
-        sp::activate(dev);
-        if (!out.empty())
-            sp::check(cudaMemsetAsync(out.data(), 0, out.size() * sizeof(float), dev.stream()), "cudaMemsetAsync");
-        if (s.drawn != 0) {
-            sp::randomk_scatter_kernel<<<cuda::detail::grid_blocks(s.drawn), cuda::detail::block_threads, 0,
-                                         dev.stream()>>>(out.data(), indices(s), s.drawn, nullptr, sum.data());
-            sp::check_launch("hitch::cuda::compress randomk_scatter_kernel");
-        }
+        cd::require_device(sum, who);
+        cd::require_device(out, who);
+        cd::activate(dev);
+        cd::decode_through_floats<false>(dev, out, [&](auto, float* p) {
+            if (!out.empty())
+                sp::check(cudaMemsetAsync(p, 0, out.size() * sizeof(float), dev.stream()), "cudaMemsetAsync");
+            if (s.drawn != 0) {
+                sp::randomk_scatter_kernel<<<cuda::detail::grid_blocks(s.drawn), cuda::detail::block_threads, 0,
+                                             dev.stream()>>>(p, indices(s), s.drawn, nullptr, sum.data());
+                sp::check_launch("hitch::cuda::compress randomk_scatter_kernel");
+            }
+        });
     }
     /// What every rank must agree on before the values are summed: the key of the draw.
     [[nodiscard]] std::uint64_t agreement_value(const state& s) const noexcept { return s.last_key; }
@@ -414,20 +438,22 @@ private:
         sp::draw_indices(dev, s.draw, s.last_key, n, s.drawn);
     }
 
-    std::size_t write(cuda::device& dev, const float* v, const state& s, cuda::compress::device_message& out) const {
+    std::size_t write(cuda::device& dev, const float* v, dtype type, const state& s,
+                      cuda::compress::device_message& out) const {
         namespace sp = cuda::compress::detail::sparse;
         const std::size_t payload = 16 + 4 * static_cast<std::size_t>(s.drawn);
-        cuda::compress::message_writer w(dev, out, randomk::codec_id, dtype::f32, s.count, payload);
+        cuda::compress::message_writer w(dev, out, randomk::codec_id, type, s.count, payload);
         sp::write_randomk_kernel<<<cuda::detail::grid_blocks(s.drawn), cuda::detail::block_threads, 0, dev.stream()>>>(
             reinterpret_cast<unsigned char*>(w.payload()), s.last_key, indices(s), s.drawn, v, codec_.factor(s.count));
         sp::check_launch("hitch::cuda::compress write_randomk_kernel");
         return w.finish();
     }
 
-    template <bool Add>
-    void decode_any(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> out) const {
+    template <bool Add, class T>
+    void decode_any(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> out) const {
+        namespace cd = cuda::compress::detail;
         namespace sp = cuda::compress::detail::sparse;
-        sp::require_device(out, who);
+        cd::require_device(out, who);
         const cuda::compress::device_message_view m = cuda::compress::open(dev, message, {who, randomk::codec_id});
         cuda::compress::expect_count(m, out.size(), who);
         const std::size_t n = out.size();
@@ -438,6 +464,7 @@ private:
         r.expect_end();
         const auto* vals = reinterpret_cast<const unsigned char*>(values.data());
         const cudaStream_t stream = dev.stream();
+        cd::activate(dev);
         if (kk != 0) {
             // The first value that is not finite, named as the host names it.
             sp::scratch<unsigned long long> first;
@@ -451,13 +478,15 @@ private:
         }
         sp::draw_workspace ws;
         sp::draw_indices(dev, ws, key, n, kk);
-        if constexpr (!Add)
-            if (n != 0) sp::check(cudaMemsetAsync(out.data(), 0, n * sizeof(float), stream), "cudaMemsetAsync");
-        if (kk != 0) {
-            sp::randomk_scatter_kernel<<<cuda::detail::grid_blocks(kk), cuda::detail::block_threads, 0, stream>>>(
-                out.data(), ws.indices.data(), kk, vals, nullptr);
-            sp::check_launch("hitch::cuda::compress randomk_scatter_kernel");
-        }
+        cd::decode_through_floats<Add>(dev, out, [&](auto add, float* p) {
+            if constexpr (!decltype(add)::value)
+                if (n != 0) sp::check(cudaMemsetAsync(p, 0, n * sizeof(float), stream), "cudaMemsetAsync");
+            if (kk != 0) {
+                sp::randomk_scatter_kernel<<<cuda::detail::grid_blocks(kk), cuda::detail::block_threads, 0, stream>>>(
+                    p, ws.indices.data(), kk, vals, nullptr);
+                sp::check_launch("hitch::cuda::compress randomk_scatter_kernel");
+            }
+        });
     }
 
     randomk codec_{};

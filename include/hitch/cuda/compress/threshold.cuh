@@ -21,6 +21,7 @@
 
 #include "hitch/compress/detail/device_codec.hpp"
 #include "hitch/compress/threshold.hpp"
+#include "hitch/cuda/compress/codec.cuh"
 #include "hitch/cuda/compress/detail/sparse.cuh"
 #include "hitch/cuda/compress/topk.cuh"
 
@@ -65,27 +66,34 @@ public:
     }
     [[nodiscard]] std::size_t max_message_bytes(std::size_t n) const noexcept { return codec_.max_message_bytes(n); }
 
-    std::size_t encode(cuda::device& dev, tensor_view<const float> in, state& s,
-                       cuda::compress::device_message& out) const {
-        namespace sp = cuda::compress::detail::sparse;
-        sp::require_device(in, who);
-        sp::check_count(who, s.count, in.size());
-        const std::uint64_t count = select(dev, in.data(), in.size(), s, "the bucket");
-        return write(dev, in.data(), in.size(), count, s, out);
+    /// Encodes `in` (any floating type, compared as floats) into `out`; returns the message's size.
+    template <class T>
+        requires floating_element<std::remove_const_t<T>>
+    std::size_t encode(cuda::device& dev, tensor_view<T> in, state& s, cuda::compress::device_message& out) const {
+        namespace cd = cuda::compress::detail;
+        cd::require_device(in, who);
+        cd::check_state_size(who, s.count, in.size());
+        const cd::device_floats v(dev, in);
+        const std::uint64_t count = select(dev, v.data(), in.size(), s, "the bucket");
+        return write(dev, v.data(), in.size(), count, dtype_of<std::remove_const_t<T>>(), s, out);
     }
 
     /// Encodes v = g + r_in; r_out = v with the sent elements reduced by +-tau.
-    std::size_t encode_ef(cuda::device& dev, tensor_view<const float> g, tensor_view<const float> r_in,
-                          tensor_view<float> r_out, state& s, cuda::compress::device_message& out) const {
+    template <class T>
+        requires floating_element<std::remove_const_t<T>>
+    std::size_t encode_ef(cuda::device& dev, tensor_view<T> g, tensor_view<const float> r_in, tensor_view<float> r_out,
+                          state& s, cuda::compress::device_message& out) const {
+        namespace cd = cuda::compress::detail;
         namespace sp = cuda::compress::detail::sparse;
         const std::size_t n = g.size();
-        sp::require_device(g, who);
-        sp::check_count(who, s.count, n);
-        sp::check_residuals(who, n, r_in, r_out);
-        sp::activate(dev);
-        sp::add_residual(dev, g.data(), r_in.data(), r_out.data(), n);
+        cd::require_device(g, who);
+        cd::check_state_size(who, s.count, n);
+        cd::check_residuals(who, r_in, r_out, n);
+        const cd::device_floats gf(dev, g);
+        cd::activate(dev);
+        sp::add_residual(dev, gf.data(), r_in.data(), r_out.data(), n);
         const std::uint64_t count = select(dev, r_out.data(), n, s, "the bucket plus its residual");
-        const std::size_t size = write(dev, r_out.data(), n, count, s, out);
+        const std::size_t size = write(dev, r_out.data(), n, count, dtype_of<std::remove_const_t<T>>(), s, out);
         if (count != 0) {
             sp::threshold_residual_kernel<<<cuda::detail::grid_blocks(count), cuda::detail::block_threads, 0,
                                             dev.stream()>>>(r_out.data(), s.select.selected.data(), count,
@@ -95,10 +103,14 @@ public:
         return size;
     }
 
-    void decode(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> out) const {
+    template <class T>
+        requires floating_element<T>
+    void decode(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> out) const {
         decode_any<false>(dev, message, out);
     }
-    void decode_add(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> acc) const {
+    template <class T>
+        requires floating_element<T>
+    void decode_add(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> acc) const {
         decode_any<true>(dev, message, acc);
     }
 
@@ -121,13 +133,13 @@ private:
         return r.count;
     }
 
-    std::size_t write(cuda::device& dev, const float* v, std::size_t n, std::uint64_t count, state& s,
+    std::size_t write(cuda::device& dev, const float* v, std::size_t n, std::uint64_t count, dtype type, state& s,
                       cuda::compress::device_message& out) const {
         namespace sp = cuda::compress::detail::sparse;
         const sp::signed_gap_codes codes{s.select.selected.data(), v};
         const std::uint64_t varints = sp::plan_varints(dev, s.select, s.offsets, codes, count);
         const std::size_t payload = sp::threshold_layout::fixed_bytes + static_cast<std::size_t>(varints);
-        cuda::compress::message_writer w(dev, out, threshold::codec_id, dtype::f32, n, payload);
+        cuda::compress::message_writer w(dev, out, threshold::codec_id, type, n, payload);
         auto* p = reinterpret_cast<unsigned char*>(w.payload());
         sp::write_threshold_head_kernel<<<1, 1, 0, dev.stream()>>>(p, count, codec_.options().tau);
         sp::check_launch("hitch::cuda::compress write_threshold_head_kernel");
@@ -135,10 +147,11 @@ private:
         return w.finish();
     }
 
-    template <bool Add>
-    void decode_any(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> out) const {
+    template <bool Add, class T>
+    void decode_any(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> out) const {
+        namespace cd = cuda::compress::detail;
         namespace sp = cuda::compress::detail::sparse;
-        sp::require_device(out, who);
+        cd::require_device(out, who);
         const cuda::compress::device_message_view m = cuda::compress::open(dev, message, {who, threshold::codec_id});
         cuda::compress::expect_count(m, out.size(), who);
         const std::size_t n = out.size();
@@ -150,17 +163,20 @@ private:
         const auto rest = r.rest();
         if (count > rest.size())
             r.fail(hitch::detail::concat("truncated: ", count, " indices in ", rest.size(), " bytes"));
+        // Every entry checked before anything is written.
         sp::read_workspace rw;
         const sp::corrupt_code code = sp::read_varints<true>(
             dev, rw, reinterpret_cast<const unsigned char*>(rest.data()), rest.size(), count, n, nullptr);
         if (code != sp::corrupt_none) sp::throw_corrupt(who, code, n);
-        if constexpr (!Add)
-            if (n != 0) sp::check(cudaMemsetAsync(out.data(), 0, n * sizeof(float), dev.stream()), "cudaMemsetAsync");
-        if (count != 0) {
-            sp::scatter_signs_kernel<<<cuda::detail::grid_blocks(count), cuda::detail::block_threads, 0,
-                                       dev.stream()>>>(out.data(), rw.steps.data(), rw.negative.data(), count, tau);
-            sp::check_launch("hitch::cuda::compress scatter_signs_kernel");
-        }
+        cd::decode_through_floats<Add>(dev, out, [&](auto add, float* p) {
+            if constexpr (!decltype(add)::value)
+                if (n != 0) sp::check(cudaMemsetAsync(p, 0, n * sizeof(float), dev.stream()), "cudaMemsetAsync");
+            if (count != 0) {
+                sp::scatter_signs_kernel<<<cuda::detail::grid_blocks(count), cuda::detail::block_threads, 0,
+                                           dev.stream()>>>(p, rw.steps.data(), rw.negative.data(), count, tau);
+                sp::check_launch("hitch::cuda::compress scatter_signs_kernel");
+            }
+        });
     }
 
     threshold codec_{};

@@ -23,6 +23,7 @@
 
 #include "hitch/compress/detail/device_codec.hpp"
 #include "hitch/compress/topk.hpp"
+#include "hitch/cuda/compress/codec.cuh"
 #include "hitch/cuda/compress/detail/sparse.cuh"
 
 namespace hitch::cuda::compress::detail::sparse {
@@ -47,23 +48,6 @@ inline void zero_selected(cuda::device& dev, float* r, const std::uint64_t* inde
     if (k == 0) return;
     zero_selected_kernel<<<cuda::detail::grid_blocks(k), cuda::detail::block_threads, 0, dev.stream()>>>(r, index, k);
     check_launch("hitch::cuda::compress zero_selected_kernel");
-}
-
-/// The checks of a residual pair for a bucket of n (device memory, sizes).
-inline void check_residuals(std::string_view who, std::size_t n, const tensor_view<const float>& r_in,
-                            const tensor_view<float>& r_out) {
-    require_device(r_in, who);
-    require_device(r_out, who);
-    if (r_in.size() != n || r_out.size() != n)
-        throw config_error(hitch::detail::concat(who, ": residuals of ", r_in.size(), " and ", r_out.size(),
-                                                 " elements for a bucket of ", n));
-}
-
-/// A device state's bucket size against the bucket's.
-inline void check_count(std::string_view who, std::size_t state_count, std::size_t n) {
-    if (state_count != n)
-        throw config_error(hitch::detail::concat(who, ": the state was made for a bucket of ", state_count,
-                                                 " elements, the bucket has ", n));
 }
 
 }  // namespace hitch::cuda::compress::detail::sparse
@@ -98,45 +82,57 @@ public:
     [[nodiscard]] std::size_t max_message_bytes(std::size_t n) const noexcept { return codec_.max_message_bytes(n); }
     [[nodiscard]] std::size_t k(std::size_t n) const noexcept { return codec_.k(n); }
 
-    /// Encodes the top-k of `in` into `out`; returns the message's size.
-    std::size_t encode(cuda::device& dev, tensor_view<const float> in, state& s,
-                       cuda::compress::device_message& out) const {
-        namespace sp = cuda::compress::detail::sparse;
-        sp::require_device(in, who);
-        sp::check_count(who, s.count, in.size());
-        select(dev, in.data(), in.size(), s);
-        const std::size_t size = sp::write_sparse_message(dev, s.select, s.offsets, in.data(), in.size(), k(in.size()),
-                                                          topk::codec_id, dtype::f32, out);
+    /// Encodes the top-k of `in` (any floating type: selected among its values as floats, as the host codec does)
+    /// into `out`; returns the message's size.
+    template <class T>
+        requires floating_element<std::remove_const_t<T>>
+    std::size_t encode(cuda::device& dev, tensor_view<T> in, state& s, cuda::compress::device_message& out) const {
+        namespace cd = cuda::compress::detail;
+        cd::require_device(in, who);
+        cd::check_state_size(who, s.count, in.size());
+        const cd::device_floats v(dev, in);
+        select(dev, v.data(), in.size(), s);
+        const std::size_t size =
+            cd::sparse::write_sparse_message(dev, s.select, s.offsets, v.data(), in.size(), k(in.size()),
+                                             topk::codec_id, dtype_of<std::remove_const_t<T>>(), out);
         ++s.step;
         return size;
     }
 
     /// Encodes the top-k of v = g + r_in and leaves r_out = v with the sent elements set to zero (r_out must not
     /// overlap r_in; it is unspecified when the encode throws).
-    std::size_t encode_ef(cuda::device& dev, tensor_view<const float> g, tensor_view<const float> r_in,
-                          tensor_view<float> r_out, state& s, cuda::compress::device_message& out) const {
+    template <class T>
+        requires floating_element<std::remove_const_t<T>>
+    std::size_t encode_ef(cuda::device& dev, tensor_view<T> g, tensor_view<const float> r_in, tensor_view<float> r_out,
+                          state& s, cuda::compress::device_message& out) const {
+        namespace cd = cuda::compress::detail;
         namespace sp = cuda::compress::detail::sparse;
         const std::size_t n = g.size();
-        sp::require_device(g, who);
-        sp::check_count(who, s.count, n);
-        sp::check_residuals(who, n, r_in, r_out);
-        cuda::compress::detail::activate(dev);
-        sp::add_residual(dev, g.data(), r_in.data(), r_out.data(), n);
+        cd::require_device(g, who);
+        cd::check_state_size(who, s.count, n);
+        cd::check_residuals(who, r_in, r_out, n);
+        const cd::device_floats gf(dev, g);
+        cd::activate(dev);
+        sp::add_residual(dev, gf.data(), r_in.data(), r_out.data(), n);
         select(dev, r_out.data(), n, s);
         const std::size_t kk = k(n);
-        const std::size_t size =
-            sp::write_sparse_message(dev, s.select, s.offsets, r_out.data(), n, kk, topk::codec_id, dtype::f32, out);
+        const std::size_t size = sp::write_sparse_message(dev, s.select, s.offsets, r_out.data(), n, kk, topk::codec_id,
+                                                          dtype_of<std::remove_const_t<T>>(), out);
         sp::zero_selected(dev, r_out.data(), s.select.selected.data(), kk);
         ++s.step;
         return size;
     }
 
     /// out = the decoded message (zeros elsewhere).
-    void decode(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> out) const {
+    template <class T>
+        requires floating_element<T>
+    void decode(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> out) const {
         decode_any<false>(dev, message, out);
     }
     /// acc += the decoded message.
-    void decode_add(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> acc) const {
+    template <class T>
+        requires floating_element<T>
+    void decode_add(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> acc) const {
         decode_any<true>(dev, message, acc);
     }
 
@@ -168,14 +164,9 @@ private:
         s.passes = r.passes;
     }
 
-    template <bool Add>
-    void decode_any(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<float> out) const {
-        namespace sp = cuda::compress::detail::sparse;
-        sp::require_device(out, who);
-        const cuda::compress::device_message_view m = cuda::compress::open(dev, message, {who, topk::codec_id});
-        cuda::compress::expect_count(m, out.size(), who);
-        sp::read_workspace rw;
-        sp::decode_sparse<Add>(dev, rw, m, out.data(), out.size(), who);
+    template <bool Add, class T>
+    void decode_any(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> out) const {
+        cuda::compress::detail::sparse::decode_sparse_message<Add>(dev, message, out, who, topk::codec_id);
     }
 
     topk codec_{};

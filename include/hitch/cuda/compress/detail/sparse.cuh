@@ -42,6 +42,7 @@
 #include "hitch/compress/detail/sparse.hpp"
 #include "hitch/compress/tuning.hpp"
 #include "hitch/core/error.hpp"
+#include "hitch/cuda/compress/codec.cuh"
 #include "hitch/cuda/compress/detail/sparse.hpp"
 #include "hitch/cuda/compress/detail/sparse_random.hpp"
 #include "hitch/cuda/compress/detail/wire.cuh"
@@ -51,6 +52,7 @@
 namespace hitch::cuda::compress::detail::sparse {
 
 using cuda::compress::detail::activate;
+using cuda::compress::detail::decode_through_floats;
 using cuda::compress::detail::read_back;
 using cuda::compress::detail::require_device;
 using cuda::detail::check;
@@ -780,6 +782,19 @@ void decode_sparse(cuda::device& dev, read_workspace& rw, const device_message_v
             out, rw.steps.data(), vals, k);
         check_launch("hitch::cuda::compress scatter_values_kernel");
     }
+}
+
+/// A topk / dgc message decoded into a bucket of any floating type: opened (header, checksum, element count), then
+/// decode_sparse into the bucket (float) or a float buffer stored into it.
+template <bool Add, class T>
+void decode_sparse_message(cuda::device& dev, tensor_view<const std::byte> message, tensor_view<T> out,
+                           std::string_view who, std::uint8_t codec) {
+    require_device(out, who);
+    const device_message_view m = open(dev, message, {who, codec});
+    expect_count(m, out.size(), who);
+    read_workspace rw;
+    decode_through_floats<Add>(
+        dev, out, [&](auto add, float* p) { decode_sparse<decltype(add)::value>(dev, rw, m, p, out.size(), who); });
 }
 
 }  // namespace hitch::cuda::compress::detail::sparse
