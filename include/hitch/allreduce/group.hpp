@@ -263,6 +263,11 @@ public:
         : comm_(parent.split(0, parent.rank())), timeout_s_(parent.timeout().count()) {
         stall.validate();
         attach_pipes(comm_, state_);  // processes on one node: the transport's staged path
+        if (!state_.shared_memory_refusal.empty() && watch.notice && comm_.rank() == 0) try {
+                watch.notice(detail::concat("hitch: shared memory refused (", state_.shared_memory_refusal,
+                                            "); this group's calls take messages"));
+            } catch (...) {  // the observer's own failure is not the group's
+            }
         if constexpr (!has_clock<C>) {
             if (comm_.size() > 1) {
                 const bool reports = watch.stall && stall.warning_s > 0.0 && (stall.every_rank || comm_.rank() == 0);
@@ -326,6 +331,9 @@ public:
     [[nodiscard]] seconds_f waited() const noexcept {
         return std::chrono::duration<double, std::nano>(static_cast<double>(waited_ns_.load()));
     }
+    /// Why this group's ranks on one node could not map the staged path's pipes ("rank R: <reason>"), the same on
+    /// every rank of the node; empty when they could or had none to map. Its calls then take messages.
+    [[nodiscard]] const std::string& shared_memory_refusal() const noexcept { return state_.shared_memory_refusal; }
     /// True when this group runs a stall inspector.
     [[nodiscard]] bool inspects_stalls() const noexcept { return inspector_ != nullptr; }
 

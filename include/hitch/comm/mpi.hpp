@@ -54,6 +54,10 @@ struct mpi_options {
     /// Emulated nodes: k > 0 cuts the world's ranks into k nodes of consecutive ranks (sizes as even as possible,
     /// the larger first), treated as separate machines. 0: HITCH_EMULATE_NODES when set, else the real layout.
     int emulate_nodes = 0;
+    /// The most bytes of shared memory one map_node_memory may take (all ranks' parts together); beyond it the
+    /// mapping is refused and the staged path's callers use messages. 0: no limit beyond the system's (a /dev/shm
+    /// too small is refused the same way). Default: HITCH_SHM_LIMIT_BYTES, else 0.
+    std::size_t shm_limit_bytes = detail::shm_limit_from_environment();
 
     void validate() const {
         option_validator("hitch::comm::mpi_options")
@@ -240,6 +244,7 @@ public:
         if (emulated > 0) key.emulated = detail::emulated_node(world_rank, world_size, emulated);
         learn_layout(key);
         traffic_ = std::make_shared<detail::traffic_counter>();
+        shm_limit_ = options.shm_limit_bytes;
     }
     mpi(const mpi&) = delete;
     mpi& operator=(const mpi&) = delete;
@@ -258,6 +263,8 @@ public:
             key_ = other.key_;
             layout_ = std::move(other.layout_);
             traffic_ = std::move(other.traffic_);
+            shm_limit_ = other.shm_limit_;
+            refusal_ = std::move(other.refusal_);
         }
         return *this;
     }
@@ -351,6 +358,7 @@ public:
         mpi out(part, timeout_);
         out.learn_layout(key_);  // each rank keeps its node, emulated or real
         out.traffic_ = traffic_;
+        out.shm_limit_ = shm_limit_;
         return out;
     }
 
@@ -368,37 +376,63 @@ public:
 
     /// Collective: memory every rank can read and write, `bytes_per_rank` bytes for each (node_memory::part(r)),
     /// when all ranks run on one node (one emulated node under emulation); nullptr when they do not, or when any
-    /// rank's system refuses the mapping (then every rank gets nullptr: the answer is agreed). Every rank must
-    /// arrive within the deadline. For a communicator over several nodes, map over a split() per node.
+    /// rank's system refuses the mapping (then every rank gets nullptr: the answer is agreed, and
+    /// node_memory_refusal() says why on every rank). Every rank must arrive within the deadline. For a
+    /// communicator over several nodes, map over a split() per node. Rank 0 first removes what killed jobs left in
+    /// /dev/shm (node_memory::remove_stale); the mapping itself is never left there.
     [[nodiscard]] std::shared_ptr<node_memory> map_node_memory(std::size_t bytes_per_rank) {
         barrier();  // everyone is here: the MPI calls below cannot wait for an absent rank
+        refusal_.clear();
         if (!layout_.single_node()) return nullptr;  // the same answer on every rank
-        static std::atomic<unsigned> made{0};
         char shm_name[64] = {};
-        if (rank_ == 0)
-            std::snprintf(shm_name, sizeof shm_name, "/hitch-%ld-%u-%llx", static_cast<long>(::getpid()),
-                          made.fetch_add(1),
-                          static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count()));
+        std::string created;
         std::string why;
         std::unique_ptr<node_memory> mine;
-        if (rank_ == 0) mine.reset(node_memory::create(shm_name, size_, bytes_per_rank, why));
+        if (rank_ == 0) {
+            (void)node_memory::remove_stale();
+            created = node_memory::new_name();
+            std::snprintf(shm_name, sizeof shm_name, "%s", created.c_str());
+            mine.reset(node_memory::create(created, size_, bytes_per_rank, why, shm_limit_));
+        }
+        struct in_flight {
+            const std::string& name;
+            ~in_flight() {
+                if (!name.empty()) node_memory::finished_with(name);
+            }
+        } forget{created};
         const detail::mpi_watchdog::watch watch("hitch::comm::mpi::map_node_memory (MPI_Allreduce, MPI_Bcast)",
                                                 timeout_);
-        int ok = rank_ != 0 || mine != nullptr ? 1 : 0;
-        detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
-        if (ok == 0) return nullptr;
+        if (!agreed_mapping(rank_ != 0 || mine != nullptr, why)) return nullptr;
         detail::mpi_check(MPI_Bcast(shm_name, sizeof shm_name, MPI_CHAR, 0, comm_), "MPI_Bcast");
         if (rank_ != 0) mine.reset(node_memory::open(shm_name, size_, bytes_per_rank, why));
-        ok = mine != nullptr ? 1 : 0;
-        const int code = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_);
-        if (rank_ == 0) ::shm_unlink(shm_name);  // mapped everywhere (or given up): the name is no longer needed
-        detail::mpi_check(code, "MPI_Allreduce");
-        if (ok == 0) return nullptr;
+        const bool everywhere = agreed_mapping(mine != nullptr, why, [&] {
+            if (rank_ == 0) ::shm_unlink(shm_name);  // mapped everywhere (or given up): the name is no longer needed
+        });
+        if (!everywhere) return nullptr;
         return std::shared_ptr<node_memory>(mine.release());
     }
+    /// Why the last map_node_memory() gave nullptr although the ranks share a node ("rank R: <reason>"), the same
+    /// on every rank; empty when it succeeded or the ranks span nodes.
+    [[nodiscard]] const std::string& node_memory_refusal() const noexcept { return refusal_; }
 
 private:
     mpi(MPI_Comm adopted, seconds_f timeout) { adopt(adopted, timeout); }
+
+    /// Collective: true when `ok` on every rank; otherwise the lowest rank that failed tells every rank `why`
+    /// (kept in refusal_). `then` runs between the agreement and the telling (rank 0 unlinks the name there).
+    template <class Then = void (*)()>
+    bool agreed_mapping(bool ok, const std::string& why, Then then = [] {}) {
+        int first_failed = ok ? size_ : rank_;
+        const int code = MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, comm_);
+        then();
+        detail::mpi_check(code, "MPI_Allreduce");
+        if (first_failed == size_) return true;
+        char text[512] = {};
+        if (rank_ == first_failed) std::snprintf(text, sizeof text, "%s", why.c_str());
+        detail::mpi_check(MPI_Bcast(text, sizeof text, MPI_CHAR, first_failed, comm_), "MPI_Bcast");
+        refusal_ = detail::concat("rank ", first_failed, ": ", text);
+        return false;
+    }
 
     /// Collective: the lowest world rank among the ranks of this communicator on this rank's machine.
     [[nodiscard]] int real_node_of(int world_rank) const {
@@ -497,6 +531,8 @@ private:
     detail::node_key key_;
     hitch::node_layout layout_;
     std::shared_ptr<detail::traffic_counter> traffic_;
+    std::size_t shm_limit_ = 0;  // mpi_options::shm_limit_bytes, kept by split()
+    std::string refusal_;        // why the last map_node_memory gave nullptr
 };
 
 static_assert(communicator<mpi>, "hitch::comm::mpi must model hitch::communicator");

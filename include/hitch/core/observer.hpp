@@ -95,6 +95,9 @@ struct stall_report {
 /// throws is dropped.
 struct observer {
     std::function<void(const stall_report&)> stall;
+    /// One line about something that works, but not as asked: "hitch: shared memory refused (...); this group's
+    /// calls take messages". Said once, on rank 0 of the group concerned.
+    std::function<void(const std::string&)> notice;
 };
 
 /// The stall warning threshold from HITCH_STALL_WARNING_S (seconds, >= 0; 0 turns the inspector off), else 5 s.

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,7 +36,24 @@ struct shared_state {
     std::shared_ptr<detail::pipes> node_pipes;
     std::shared_ptr<C> node_comm;
     std::vector<int> local_of;
+    /// Why the ranks of a node could not map their pipes (the communicator's words, e.g. "rank 0: reserving ...
+    /// bytes of shared memory ...: No space left on device"); empty when they could, or had nothing to map. The
+    /// calls then take messages.
+    std::string shared_memory_refusal;
 };
+
+namespace detail {
+
+/// What `comm` says of its last refused mapping, where it says anything.
+template <class C>
+[[nodiscard]] std::string refusal_of(const C& comm) {
+    if constexpr (requires { comm.node_memory_refusal(); })
+        return std::string(comm.node_memory_refusal());
+    else
+        return "the communicator mapped no shared memory";
+}
+
+}  // namespace detail
 
 /// Collective over `comm`: gives `state` the pipes of the transport's staged path when `comm` can map memory that
 /// all its ranks share (comm::mpi with every rank on one node); when its ranks span several nodes and some node
@@ -48,9 +66,12 @@ void attach_pipes(C& comm, shared_state<C>& state) {
         const node_layout layout = node_layout_of(comm);
         if (!has_node_layout<C> || layout.single_node()) {
             const detail::pipes::layout shape = detail::pipes::layout_for(comm.size());
-            if (shape.slots >= 2)
+            if (shape.slots >= 2) {
                 if (auto memory = comm.map_node_memory(detail::pipes::part_bytes(comm.size(), shape)))
                     state.pipes = std::make_shared<detail::pipes>(std::move(memory), comm.rank(), comm.size(), shape);
+                else
+                    state.shared_memory_refusal = detail::refusal_of(comm);
+            }
             return;
         }
         if (layout.nodes == comm.size()) return;  // one rank per node: nobody to share memory with
@@ -59,7 +80,10 @@ void attach_pipes(C& comm, shared_state<C>& state) {
         const detail::pipes::layout shape = detail::pipes::layout_for(n);
         if (n <= 1 || shape.slots < 2) return;  // the node's map_node_memory is collective over its ranks only
         auto memory = node->map_node_memory(detail::pipes::part_bytes(n, shape));
-        if (memory == nullptr) return;  // agreed on the node: its ranks all take messages
+        if (memory == nullptr) {  // agreed on the node: its ranks all take messages
+            state.shared_memory_refusal = detail::refusal_of(*node);
+            return;
+        }
         state.node_pipes = std::make_shared<detail::pipes>(std::move(memory), node->rank(), n, shape);
         state.local_of.assign(static_cast<std::size_t>(comm.size()), -1);
         const int mine = layout.node_of(comm.rank());
