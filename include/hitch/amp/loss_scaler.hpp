@@ -14,6 +14,9 @@
 //   hitch::amp::loss_scaler scaler(comm, {.initial_scale = 65536.0f});
 //   loss *= scaler.scale();  backward();
 //   bool applied = scaler.step(opt, lr);        // unscale, agree, step or skip, update the scale
+//
+// With a model_optimizer on a device the host cannot read (a GPU), step() unscales and checks there, by the
+// device's kernels (amp/device_amp.hpp; hitch/cuda/amp/mixed_precision.cuh for CUDA).
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +26,7 @@
 #include <limits>
 #include <vector>
 
+#include "hitch/amp/device_amp.hpp"
 #include "hitch/amp/nonfinite.hpp"
 #include "hitch/concepts/optimizer.hpp"
 #include "hitch/core/dtype.hpp"
@@ -127,7 +131,11 @@ public:
     template <optimizer O, device D>
     bool step(optim::model_optimizer<O, D>& opt, float lr) {
         bool overflow = false;
-        for (const hitch::layer& l : opt.layers()) overflow |= unscale(l.grads);
+        if constexpr (host_device<D>) {
+            for (const hitch::layer& l : opt.layers()) overflow |= unscale(l.grads);
+        } else {
+            overflow = device_amp<D>::unscale(opt.device(), opt.layers(), inverse_scale());  // one pass, one flag
+        }
         const bool apply = update(overflow);
         if (apply) opt.step(lr);
         return apply;

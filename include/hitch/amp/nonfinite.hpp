@@ -121,7 +121,7 @@ template <class NameOf>
     std::string s = concat("non-finite gradient at step ", step, ":");
     for (std::size_t r = 0; r < reports.size(); ++r) {
         const nonfinite_report& x = reports[r];
-        if (x.layer < 0) continue;
+        if (!(x.layer >= 0)) continue;  // not `x.layer < 0`: nvcc reads `layer <` as a template
         s += ranks ? concat(" rank ", r, " layer ", x.layer) : concat(" layer ", x.layer);
         s += concat(" ('", name_of(static_cast<std::size_t>(x.layer)), "') element ", x.element, " = ", x.value, ";");
     }
@@ -157,11 +157,16 @@ public:
     /// nonfinite_gradient_error on every rank.
     bool check(std::span<const hitch::layer> layers, std::uint64_t step) {
         detail::nonfinite_report mine;
-        for (std::size_t k = 0; k < layers.size() && mine.layer < 0; ++k) {
+        for (std::size_t k = 0; k < layers.size() && !(mine.layer >= 0); ++k) {
             const std::size_t i = detail::first_nonfinite(layers[k].grads.as_const(), options_.execution);
             if (i != detail::npos)
                 mine = {static_cast<std::int64_t>(k), static_cast<std::int64_t>(i), layers[k].grads[i]};
         }
+        return check_found(mine, layers, step);
+    }
+    /// check() with this rank's first non-finite gradient already found, e.g. by a device's kernels when the
+    /// gradients are not in host memory (`mine.layer == -1`: none). Collective as check().
+    bool check_found(const detail::nonfinite_report& mine, std::span<const hitch::layer> layers, std::uint64_t step) {
         const auto reports = detail::gather_reports(*group_, mine);
         const bool any = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.layer >= 0; });
         if (!any) return true;

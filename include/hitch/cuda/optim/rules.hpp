@@ -8,7 +8,8 @@
 //     ::scalars                      the per-layer scalars (math.hpp)
 //     make(rule, lr, wd, steps)      a layer's scalars for its next step (steps: the steps it has taken)
 //     weight_decay(rule, flags)      the rule's own weight decay for a layer with these flags
-//     state_count(rule)              how many state buffers an element uses (0 to 3)
+//     state_count(rule)              how many state buffers an element uses (0 to 3), between
+//     min_states and max_states      the counts the rule can have (the kernels are built for those only)
 //     buffers(state)                 their pointers, in the order apply() takes them
 //     apply(w, g, s, scale, k)       one element (HD)
 //     check(rule, layer, state, lr)  the host rule's checks before a step, for a layer in GPU memory
@@ -43,6 +44,7 @@ struct elementwise_rule;
 template <>
 struct elementwise_rule<hitch::optim::sgd> {
     using scalars = sgd_scalars;
+    static constexpr int min_states = 0, max_states = 0;
     [[nodiscard]] static scalars make(const hitch::optim::sgd& /*rule*/, float lr, float wd, std::uint64_t /*steps*/) {
         return {lr, wd, wd != 0.0f ? 1u : 0u};
     }
@@ -66,6 +68,7 @@ struct elementwise_rule<hitch::optim::sgd> {
 template <>
 struct elementwise_rule<hitch::optim::momentum> {
     using scalars = momentum_scalars;
+    static constexpr int min_states = 1, max_states = 1;
     [[nodiscard]] static scalars make(const hitch::optim::momentum& rule, float lr, float wd, std::uint64_t steps) {
         scalars k;
         k.lr = lr;
@@ -98,6 +101,7 @@ template <class WeightDecay>
 struct elementwise_rule<hitch::optim::basic_adam<WeightDecay>> {
     using rule_type = hitch::optim::basic_adam<WeightDecay>;
     using scalars = adam_scalars;
+    static constexpr int min_states = 2, max_states = 3;  // m, v (and v_max under AMSGrad)
     [[nodiscard]] static scalars make(const rule_type& rule, float lr, float wd, std::uint64_t steps) {
         const hitch::optim::detail::adam_scalars h = rule.scalars(lr, wd, 1.0f, steps + 1);
         scalars k;

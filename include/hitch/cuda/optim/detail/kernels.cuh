@@ -100,6 +100,7 @@ constexpr bool writes_state() {
 /// LAMB's second pass as an element rule: w = w - rate * r from the stored moments (the scale is the rate).
 struct lamb_apply_rule {
     using scalars = lamb_scalars;
+    static constexpr int min_states = 2, max_states = 2;
     static constexpr bool reads_grad = false;
     static constexpr bool writes_state = false;
     __device__ __forceinline__ static void apply(float& w, float /*g*/, float* s, float rate,
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(elementwise_threads)
     elementwise_kernel(Chunks chunks, Scalars scalars, Scales scales) {
     for (std::uint64_t c = blockIdx.x; c < chunks.count; c += gridDim.x) {
         const located_chunk at = chunks.locate(c);
-        const tensor_entry& t = *at.tensor;
+        const tensor_entry t = *at.tensor;
         const typename R::scalars k = scalars(at.tensor_index);
         const float scale = scales(at.tensor_index);
         update_range<R, States>(t, chunk_begin(at.index), chunk_end(t.n, at.index), scale, k);
@@ -195,32 +196,44 @@ __global__ void __launch_bounds__(elementwise_threads)
 /// LARS's first pass: ||w||^2 and ||g||^2 of the chunk (nothing for a layer excluded from adaptation).
 struct lars_norms_pass {
     using scalars = lars_scalars;  // unused: the pass needs none
+    struct values {
+        float w, g;
+    };
     __device__ __forceinline__ static bool skip(const tensor_entry& t) noexcept {
         return (t.flags & flag_exclude_from_adaptation) != 0;
     }
-    __device__ __forceinline__ static void element(const tensor_entry& t, std::uint64_t i, const scalars& /*k*/,
-                                                   double& a, double& b) noexcept {
-        add_square(a, t.w[i]);
-        add_square(b, t.g[i]);
+    __device__ __forceinline__ static values load(const tensor_entry& t, std::uint64_t i) noexcept {
+        return {t.w[i], t.g[i]};
+    }
+    __device__ __forceinline__ static void process(const tensor_entry& /*t*/, std::uint64_t /*i*/, const values& x,
+                                                   const scalars& /*k*/, double& a, double& b) noexcept {
+        add_square(a, x.w);
+        add_square(b, x.g);
     }
 };
 
 /// LAMB's first pass: the moments move; ||w||^2 and ||r||^2 of the chunk.
 struct lamb_moments_pass {
     using scalars = lamb_scalars;
+    struct values {
+        float w, g, m, v;
+    };
     __device__ __forceinline__ static bool skip(const tensor_entry& /*t*/) noexcept { return false; }
-    __device__ __forceinline__ static void element(const tensor_entry& t, std::uint64_t i, const scalars& k, double& a,
-                                                   double& b) noexcept {
-        const float w = t.w[i];
-        float m = t.state[0][i];
-        float v = t.state[1][i];
-        const float r = lamb_moments_element(w, t.g[i], m, v, k);
-        t.state[0][i] = m;
-        t.state[1][i] = v;
-        add_square(a, w);
+    __device__ __forceinline__ static values load(const tensor_entry& t, std::uint64_t i) noexcept {
+        return {t.w[i], t.g[i], t.state[0][i], t.state[1][i]};
+    }
+    __device__ __forceinline__ static void process(const tensor_entry& t, std::uint64_t i, values x, const scalars& k,
+                                                   double& a, double& b) noexcept {
+        const float r = lamb_moments_element(x.w, x.g, x.m, x.v, k);
+        t.state[0][i] = x.m;
+        t.state[1][i] = x.v;
+        add_square(a, x.w);
         add_square(b, r);
     }
 };
+
+/// Elements a lane loads before it adds any of them (its additions stay in increasing order).
+inline constexpr unsigned lane_batch = 4;
 
 /// Each chunk's two sums of squares into partial[2c] and partial[2c + 1]: a group of norm_lanes threads per chunk,
 /// thread j being lane j (elements j, j + 16, ... of the chunk, in order), the lanes combined by combine_lanes.
@@ -236,13 +249,21 @@ __global__ void __launch_bounds__(norm_threads) lane_sums_kernel(Chunks chunks, 
         double b = 0.0;
         if (c < chunks.count) {
             const located_chunk at = chunks.locate(c);
-            const tensor_entry& t = *at.tensor;
+            const tensor_entry t = *at.tensor;
             if (!Pass::skip(t)) {
                 const typename Pass::scalars k = scalars(at.tensor_index);
                 const std::uint64_t end = chunk_end(t.n, at.index);
-#pragma unroll 4
-                for (std::uint64_t i = chunk_begin(at.index) + lane; i < end; i += norm_lanes)
-                    Pass::element(t, i, k, a, b);
+                // Loads of lane_batch elements in flight at once: the stores of one batch would otherwise keep the
+                // compiler from starting the next batch's loads early.
+                for (std::uint64_t i = chunk_begin(at.index) + lane; i < end; i += lane_batch * norm_lanes) {
+                    typename Pass::values x[lane_batch];
+#pragma unroll
+                    for (unsigned u = 0; u < lane_batch; ++u)
+                        if (i + u * norm_lanes < end) x[u] = Pass::load(t, i + u * norm_lanes);
+#pragma unroll
+                    for (unsigned u = 0; u < lane_batch; ++u)
+                        if (i + u * norm_lanes < end) Pass::process(t, i + u * norm_lanes, x[u], k, a, b);
+                }
             }
         }
         lanes[0][group][lane] = a;
@@ -304,26 +325,26 @@ __global__ void __launch_bounds__(finish_threads)
 /// Makes dev's GPU current for this thread (a launch goes to the current GPU; the stream must be on it).
 inline void activate(cuda::device& dev) { check(cudaSetDevice(dev.ordinal()), "cudaSetDevice"); }
 
+/// The element-wise kernel of rule R with `states` state buffers (built for R's possible counts only).
+template <class R, int States = R::min_states, class Chunks, class Scalars, class Scales>
+void launch_elementwise_with(unsigned blocks, cudaStream_t stream, int states, Chunks chunks, Scalars scalars,
+                             Scales scales) {
+    if constexpr (States < R::max_states) {
+        if (states != States) {
+            launch_elementwise_with<R, States + 1>(blocks, stream, states, chunks, scalars, scales);
+            return;
+        }
+    }
+    elementwise_kernel<R, States><<<blocks, elementwise_threads, 0, stream>>>(chunks, scalars, scales);
+}
+
 template <class R, class Chunks, class Scalars, class Scales>
 void launch_elementwise(cuda::device& dev, int states, Chunks chunks, Scalars scalars, Scales scales) {
     if (chunks.count == 0) return;
     activate(dev);
     const unsigned blocks = static_cast<unsigned>(
         chunks.count < max_grid_blocks ? chunks.count : static_cast<std::uint64_t>(max_grid_blocks));
-    switch (states) {
-        case 0:
-            elementwise_kernel<R, 0><<<blocks, elementwise_threads, 0, dev.stream()>>>(chunks, scalars, scales);
-            break;
-        case 1:
-            elementwise_kernel<R, 1><<<blocks, elementwise_threads, 0, dev.stream()>>>(chunks, scalars, scales);
-            break;
-        case 2:
-            elementwise_kernel<R, 2><<<blocks, elementwise_threads, 0, dev.stream()>>>(chunks, scalars, scales);
-            break;
-        default:
-            elementwise_kernel<R, 3><<<blocks, elementwise_threads, 0, dev.stream()>>>(chunks, scalars, scales);
-            break;
-    }
+    launch_elementwise_with<R>(blocks, dev.stream(), states, chunks, scalars, scales);
     check_launch("hitch::cuda::optim elementwise_kernel");
 }
 
