@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hitch/cuda/compress/random.hpp"
 #include "hitch/cuda/detail/hd.hpp"
 
 #if !defined(__CUDA_ARCH__)
@@ -28,19 +29,9 @@
 
 namespace hitch::cuda::compress::detail::sparse {
 
-/// splitmix64's finaliser (compress::detail::mix64).
-[[nodiscard]] HITCH_HD_INLINE std::uint64_t mix64(std::uint64_t x) noexcept {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/// The key of one encode (compress::detail::draw_key).
-[[nodiscard]] HITCH_HD_INLINE std::uint64_t draw_key(std::uint64_t seed, std::uint64_t stream,
-                                                     std::uint64_t step) noexcept {
-    return mix64(mix64(mix64(seed) ^ stream) ^ step);
-}
+// splitmix64's mixer and the per-encode key are the GPU codecs' shared ones (cuda/compress/random.hpp).
+using cuda::compress::detail::draw_key;
+using cuda::compress::detail::mix64;
 
 [[nodiscard]] HITCH_HD_INLINE std::uint64_t rotl64(std::uint64_t x, unsigned k) noexcept {
     return (x << k) | (x >> (64u - k));
