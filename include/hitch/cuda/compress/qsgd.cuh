@@ -71,16 +71,8 @@ __global__ void qsgd_quantize_kernel(const float* g, const float* r_in, float* r
     for (std::size_t t = cuda::detail::grid_index(); t < runs; t += cuda::detail::grid_stride()) {
         const std::size_t first = 8 * t;
         const unsigned count = n - first < 8 ? static_cast<unsigned>(n - first) : 8u;
-        const quantizer q = quantizers[first / size];
-        const counter_rng rng = base.for_element(first);
-        const auto offset = static_cast<std::uint32_t>(first % rng_block);
         std::uint32_t c[8] = {};
-        for (unsigned j = 0; j < count; ++j) {
-            float rest = 0.0f;
-            c[j] =
-                quantize_element<EF, false>(g[first + j], EF ? r_in[first + j] : 0.0f, rest, rng.bits(offset + j), q);
-            if constexpr (EF) r_out[first + j] = rest;
-        }
+        quantize_run<EF, false>(g, r_in, r_out, first, count, quantizers[first / size], base, c);
         if constexpr (Packed)
             pack_codes8(c, count, b, packed + b * t);
         else
@@ -116,101 +108,25 @@ __global__ void elias_lengths_kernel(const std::uint16_t* codes, const std::uint
         lengths[i] = (codes[i] >> 1) != 0 ? elias_entry_bits(i + 1 - prev[i], codes[i]) : 0;
 }
 
-/// ORs the bits of value's low `count` bits, highest first, into the stream at bit `at` (bit p is bit 7 - p % 8 of
-/// byte p / 8, as bit_writer writes them); `words` is the stream as 32-bit words (little-endian bytes).
-__device__ __forceinline__ void elias_put(std::uint32_t* words, std::uint64_t at, std::uint64_t value, unsigned count) {
-    for (unsigned k = 0; k < count; ++k) {
-        if (((value >> (count - 1 - k)) & 1u) == 0) continue;
-        const std::uint64_t p = at + k, byte = p / 8;
-        atomicOr(words + byte / 4, 1u << (8 * (byte % 4) + (7 - p % 8)));
-    }
-}
-
-/// Writes every non-zero level's entry (gamma(gap), sign, gamma(level)) at its bit offset.
+/// Writes every non-zero level's entry at its bit offset (quantize.hpp's elias_entry), ORing its 1 bits into the
+/// stream's 32-bit words (bit p is bit 7 - p % 8 of byte p / 8, the bytes little-endian in a word).
 __global__ void elias_write_kernel(const std::uint16_t* codes, const std::uint64_t* prev, const std::uint64_t* offsets,
                                    std::size_t n, std::uint32_t* words) {
     for (std::size_t i = cuda::detail::grid_index(); i < n; i += cuda::detail::grid_stride()) {
-        const std::uint32_t code = codes[i], level = code >> 1;
-        if (level == 0) continue;
-        std::uint64_t at = offsets[i];
-        const std::uint64_t gap = i + 1 - prev[i];
-        const unsigned wg = bit_width64(gap), wl = bit_width64(level);
-        at += wg - 1;  // the zeros
-        elias_put(words, at, gap, wg);
-        at += wg;
-        elias_put(words, at, code & 1u, 1);
-        at += 1 + (wl - 1);
-        elias_put(words, at, level, wl);
+        if ((codes[i] >> 1) == 0) continue;
+        elias_entry(offsets[i], i + 1 - prev[i], codes[i], [words](std::uint64_t p) {
+            const std::uint64_t byte = p / 8;
+            atomicOr(words + byte / 4, 1u << (8 * (byte % 4) + (7 - p % 8)));
+        });
     }
 }
 
-/// What the Elias parse found wrong (0: nothing), in the host decoder's terms.
-struct elias_status {
-    std::uint32_t kind = 0;  // 1 stream ends or overflows, 2 index outside, 3 level exceeds s, 4 trailing bits
-    std::uint64_t entry = 0;
-    std::uint64_t level = 0;
-};
-
-/// The 64 stream bits from bit `pos` on (bits past the end read as zero), first bit highest.
-__device__ __forceinline__ std::uint64_t elias_peek(const unsigned char* s, std::size_t bytes, std::uint64_t pos) {
-    const std::uint64_t at = pos / 8;
-    const unsigned off = static_cast<unsigned>(pos % 8);
-    std::uint64_t w = 0;
-    for (unsigned k = 0; k < 8; ++k) w = w << 8 | (at + k < bytes ? s[at + k] : 0u);
-    if (off == 0) return w;
-    const std::uint64_t next = at + 8 < bytes ? s[at + 8] : 0u;
-    return w << off | next >> (8 - off);
-}
-
-/// bit_reader::gamma from bit `pos`: false where the host's reader fails (the stream ends, or more than 62 zeros).
-__device__ __forceinline__ bool elias_gamma(const unsigned char* s, std::size_t bytes, std::uint64_t& pos,
-                                            std::uint64_t& x) {
-    const std::uint64_t total = 8 * static_cast<std::uint64_t>(bytes);
-    const std::uint64_t avail = total - pos;
-    const std::uint64_t w = elias_peek(s, bytes, pos);
-    const unsigned zeros = w == 0 ? 64u : static_cast<unsigned>(__clzll(static_cast<long long>(w)));
-    if (zeros > 62 || zeros >= avail) return false;
-    if (pos + 2 * static_cast<std::uint64_t>(zeros) + 1 > total) return false;
-    x = elias_peek(s, bytes, pos + zeros) >> (63 - zeros);
-    pos += 2 * static_cast<std::uint64_t>(zeros) + 1;
-    return true;
-}
-
-/// qsgd's decode_elias, parse half: one thread walks the stream as the host does, writing each entry's index and
-/// code, and stops at the first inconsistency the host would report.
+/// qsgd's decode_elias, parse half (quantize.hpp's elias_parse), on one thread: its entries are found only in
+/// sequence.
 __global__ void elias_parse_kernel(const unsigned char* s, std::size_t bytes, std::uint64_t nnz, std::uint64_t n,
                                    std::uint32_t levels, std::uint64_t* index, std::uint32_t* code,
                                    elias_status* status) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    const std::uint64_t total = 8 * static_cast<std::uint64_t>(bytes);
-    std::uint64_t pos = 0, prev = 0;
-    for (std::uint64_t j = 0; j < nnz; ++j) {
-        std::uint64_t gap = 0, level = 0;
-        bool ok = elias_gamma(s, bytes, pos, gap) && pos < total;
-        unsigned sign = 0;
-        if (ok) {
-            sign = static_cast<unsigned>(elias_peek(s, bytes, pos) >> 63);
-            ++pos;
-            ok = elias_gamma(s, bytes, pos, level);
-        }
-        if (!ok) {
-            *status = {1, j, 0};
-            return;
-        }
-        if (gap > n || prev + gap > n) {
-            *status = {2, j, 0};
-            return;
-        }
-        if (level > levels) {
-            *status = {3, j, level};
-            return;
-        }
-        prev += gap;
-        index[j] = prev - 1;
-        code[j] = static_cast<std::uint32_t>(level << 1 | sign);
-    }
-    const std::uint64_t left = total - pos;
-    if (left >= 8 || (left > 0 && (elias_peek(s, bytes, pos) >> (64 - left)) != 0)) *status = {4, 0, 0};
+    if (blockIdx.x == 0 && threadIdx.x == 0) *status = elias_parse(s, bytes, nnz, n, levels, index, code);
 }
 
 __global__ void elias_scatter_kernel(const std::uint64_t* index, const std::uint32_t* code, std::uint64_t nnz,
@@ -564,12 +480,7 @@ private:
                                                            status.data());
         cuda::detail::check_launch("hitch::cuda::compress elias_parse_kernel");
         const cd::elias_status st = cd::read_back(dev, status.data());
-        if (st.kind == 1)
-            r.fail(hitch::detail::concat("Elias stream ends or overflows in entry ", st.entry, " of ", nnz));
-        if (st.kind == 2)
-            r.fail(hitch::detail::concat("index of entry ", st.entry, " is outside the bucket of ", n, " elements"));
-        if (st.kind == 3) r.fail(hitch::detail::concat("level ", st.level, " of entry ", st.entry, " exceeds ", s));
-        if (st.kind == 4) r.fail("unexpected bits after the Elias stream");
+        if (st.kind != 0) r.fail(cd::elias_failure(st, nnz, n, s));
         cd::decode_through_floats<Add>(dev, out, [&](auto add, float* floats) {
             if constexpr (!decltype(add)::value) dev.fill_zero(floats, n * sizeof(float));
             if (nnz == 0) return;

@@ -15,34 +15,6 @@
 
 namespace hitch::cuda::compress::detail {
 
-/// Reduction blocks of a bucket cut into groups of `size` elements (blocks restart at every group).
-struct moment_plan {
-    std::size_t n = 0;
-    std::size_t size = 0;  // elements per group
-    std::size_t groups = 0;
-    std::size_t per_group = 1;  // reduction blocks of a full group
-    std::size_t blocks = 0;
-
-    [[nodiscard]] HITCH_HD_INLINE std::size_t start_of(std::size_t b) const noexcept {
-        return (b / per_group) * size + (b % per_group) * moment_block;
-    }
-    [[nodiscard]] HITCH_HD_INLINE std::size_t length_of(std::size_t b) const noexcept {
-        const std::size_t start = start_of(b), group_end = (b / per_group + 1) * size;
-        const std::size_t end = group_end < n ? group_end : n;
-        return end - start < moment_block ? end - start : moment_block;
-    }
-};
-
-[[nodiscard]] inline moment_plan make_moment_plan(std::size_t n, std::size_t size) {
-    moment_plan p;
-    p.n = n;
-    p.size = size;
-    p.groups = n == 0 ? 0 : (n + size - 1) / size;
-    p.per_group = size == 0 ? 1 : moment_blocks(size);
-    if (p.groups != 0) p.blocks = (p.groups - 1) * p.per_group + moment_blocks(n - (p.groups - 1) * size);
-    return p;
-}
-
 /// partials[b] = the reductions of block b of v = g (+ r): one warp per block (grid-stride over blocks).
 template <bool EF, bool Squares, bool Sum, bool Max>
 __global__ void moments_kernel(const float* g, const float* r, moment_plan plan, moments* partials) {

@@ -8,8 +8,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "hitch/compress/tuning.hpp"
+#include "hitch/core/error.hpp"
 #include "hitch/cuda/compress/cast.hpp"
 #include "hitch/cuda/compress/random.hpp"
 #include "hitch/cuda/detail/hd.hpp"
@@ -48,6 +50,31 @@ template <bool EF, bool Clip>
         r_out = hd::sub(v, negative ? -sent : sent);
     }
     return static_cast<std::uint32_t>(level) << 1 | negative;
+}
+
+/// Quantises the `count` elements [first, first + count) of a bucket (within one random-number block) with the
+/// encode's keyed generator: codes[j] for element first + j, and with EF its residual in r_out (a kernel thread's
+/// run; g, r_in and r_out point at the bucket's element 0).
+template <bool EF, bool Clip>
+HITCH_HD_INLINE void quantize_run(const float* g, const float* r_in, float* r_out, std::size_t first, unsigned count,
+                                  const quantizer& q, const counter_rng& base, std::uint32_t* codes) noexcept {
+    const counter_rng rng = base.for_element(first);
+    const auto offset = static_cast<std::uint32_t>(first % rng_block);
+    for (unsigned j = 0; j < count; ++j) {
+        float rest = 0.0f;
+        codes[j] = quantize_element<EF, Clip>(g[first + j], EF ? r_in[first + j] : 0.0f, rest, rng.bits(offset + j), q);
+        if constexpr (EF) r_out[first + j] = rest;
+    }
+}
+
+/// terngrad's thinning of a run's codes (compress::detail::thin): a non-zero code of element first + j survives
+/// iff thin_keeps with the thinning generator.
+HITCH_HD_INLINE void thin_run(std::uint32_t* codes, std::size_t first, unsigned count, const counter_rng& thin_base,
+                              std::uint32_t threshold) noexcept {
+    const counter_rng rng = thin_base.for_element(first);
+    const auto offset = static_cast<std::uint32_t>(first % rng_block);
+    for (unsigned j = 0; j < count; ++j)
+        if (codes[j] != 0 && !thin_keeps(rng, offset + j, threshold)) codes[j] = 0;
 }
 
 /// The decoded value of a code at scale `unit` (bitstream.hpp's tables and qsgd's decode_codes give the same bits).
@@ -137,6 +164,34 @@ template <bool EF, bool Squares, bool Sum, bool Max>
 /// A group of `len` elements cut into reduction blocks (block b starts at b * moment_block within the group).
 [[nodiscard]] HITCH_HD_INLINE constexpr std::size_t moment_blocks(std::size_t len) noexcept {
     return (len + moment_block - 1) / moment_block;
+}
+
+/// Reduction blocks of a bucket cut into groups of `size` elements (blocks restart at every group).
+struct moment_plan {
+    std::size_t n = 0;
+    std::size_t size = 0;  // elements per group
+    std::size_t groups = 0;
+    std::size_t per_group = 1;  // reduction blocks of a full group
+    std::size_t blocks = 0;
+
+    [[nodiscard]] HITCH_HD_INLINE std::size_t start_of(std::size_t b) const noexcept {
+        return (b / per_group) * size + (b % per_group) * moment_block;
+    }
+    [[nodiscard]] HITCH_HD_INLINE std::size_t length_of(std::size_t b) const noexcept {
+        const std::size_t start = start_of(b), group_end = (b / per_group + 1) * size;
+        const std::size_t end = group_end < n ? group_end : n;
+        return end - start < moment_block ? end - start : moment_block;
+    }
+};
+
+[[nodiscard]] HITCH_HD_INLINE moment_plan make_moment_plan(std::size_t n, std::size_t size) {
+    moment_plan p;
+    p.n = n;
+    p.size = size;
+    p.groups = n == 0 ? 0 : (n + size - 1) / size;
+    p.per_group = size == 0 ? 1 : moment_blocks(size);
+    if (p.groups != 0) p.blocks = (p.groups - 1) * p.per_group + moment_blocks(n - (p.groups - 1) * size);
+    return p;
 }
 
 // ---- per-group scalars ----------------------------------------------------------------------------------------------
@@ -243,6 +298,110 @@ HITCH_HD_INLINE void pack_codes8(const std::uint32_t* codes, unsigned count, uns
 /// Bits of one Elias entry of qsgd: the gap to the previous non-zero level, the sign, the level.
 [[nodiscard]] HITCH_HD_INLINE std::uint64_t elias_entry_bits(std::uint64_t gap, std::uint32_t code) noexcept {
     return gamma_bits(gap) + 1 + gamma_bits(code >> 1);
+}
+
+/// Writes one Elias entry of qsgd (gamma(gap), the sign, gamma(level)) starting at stream bit `at`, as bit_writer
+/// writes it, by calling set(p) for each stream bit p that is 1 (the stream starts zeroed).
+template <class Set>
+HITCH_HD_INLINE void elias_entry(std::uint64_t at, std::uint64_t gap, std::uint32_t code, Set&& set) {
+    const auto put = [&](std::uint64_t value, unsigned count) {
+        for (unsigned k = 0; k < count; ++k)
+            if ((value >> (count - 1 - k)) & 1u) set(at + k);
+        at += count;
+    };
+    const std::uint64_t level = code >> 1;
+    const unsigned wg = bit_width64(gap), wl = bit_width64(level);
+    at += wg - 1;  // gamma's leading zeros
+    put(gap, wg);
+    put(code & 1u, 1);
+    at += wl - 1;
+    put(level, wl);
+}
+
+/// What the Elias parse found wrong (kind 0: nothing), in the host decoder's terms: 1 the stream ends or a value
+/// overflows in `entry`, 2 its index is outside the bucket, 3 its `level` exceeds s, 4 bits follow the stream.
+struct elias_status {
+    std::uint32_t kind = 0;
+    std::uint64_t entry = 0;
+    std::uint64_t level = 0;
+};
+
+[[nodiscard]] HITCH_HD_INLINE unsigned countl_zero64(std::uint64_t x) noexcept {
+#if defined(__CUDA_ARCH__)
+    return static_cast<unsigned>(__clzll(static_cast<long long>(x)));
+#else
+    return static_cast<unsigned>(std::countl_zero(x));
+#endif
+}
+
+/// The 64 stream bits from bit `pos` on, first bit highest (bit p is bit 7 - p % 8 of byte p / 8; bits past the
+/// end read as zero).
+[[nodiscard]] HITCH_HD_INLINE std::uint64_t elias_peek(const unsigned char* s, std::size_t bytes,
+                                                       std::uint64_t pos) noexcept {
+    const std::uint64_t at = pos / 8;
+    const unsigned off = static_cast<unsigned>(pos % 8);
+    std::uint64_t w = 0;
+    for (unsigned k = 0; k < 8; ++k) w = w << 8 | (at + k < bytes ? s[at + k] : 0u);
+    if (off == 0) return w;
+    const std::uint64_t next = at + 8 < bytes ? s[at + 8] : 0u;
+    return w << off | next >> (8 - off);
+}
+
+/// bit_reader::gamma from bit `pos` (advanced past the code): false exactly where the host's reader fails (the
+/// stream ends first, or more than 62 leading zeros).
+[[nodiscard]] HITCH_HD_INLINE bool elias_gamma(const unsigned char* s, std::size_t bytes, std::uint64_t& pos,
+                                               std::uint64_t& x) noexcept {
+    const std::uint64_t total = 8 * static_cast<std::uint64_t>(bytes);
+    const std::uint64_t w = elias_peek(s, bytes, pos);
+    const unsigned zeros = w == 0 ? 64u : countl_zero64(w);
+    if (zeros > 62 || zeros >= total - pos) return false;
+    if (pos + 2 * static_cast<std::uint64_t>(zeros) + 1 > total) return false;
+    x = elias_peek(s, bytes, pos + zeros) >> (63 - zeros);
+    pos += 2 * static_cast<std::uint64_t>(zeros) + 1;
+    return true;
+}
+
+/// qsgd's decode_elias up to the values: walks nnz entries (gamma(gap), sign, gamma(level)) of the stream as the
+/// host's decoder does, writing each entry's index and code, and stops at the first thing the host would refuse.
+[[nodiscard]] HITCH_HD_INLINE elias_status elias_parse(const unsigned char* s, std::size_t bytes, std::uint64_t nnz,
+                                                       std::uint64_t n, std::uint32_t levels, std::uint64_t* index,
+                                                       std::uint32_t* code) noexcept {
+    const std::uint64_t total = 8 * static_cast<std::uint64_t>(bytes);
+    std::uint64_t pos = 0, prev = 0;
+    for (std::uint64_t j = 0; j < nnz; ++j) {
+        std::uint64_t gap = 0, level = 0;
+        bool ok = elias_gamma(s, bytes, pos, gap) && pos < total;
+        unsigned sign = 0;
+        if (ok) {
+            sign = static_cast<unsigned>(elias_peek(s, bytes, pos) >> 63);
+            ++pos;
+            ok = elias_gamma(s, bytes, pos, level);
+        }
+        if (!ok) return {1, j, 0};
+        if (gap > n || prev + gap > n) return {2, j, 0};
+        if (level > levels) return {3, j, level};
+        prev += gap;
+        index[j] = prev - 1;
+        code[j] = static_cast<std::uint32_t>(level << 1 | sign);
+    }
+    const std::uint64_t left = total - pos;
+    if (left >= 8 || (left > 0 && (elias_peek(s, bytes, pos) >> (64 - left)) != 0)) return {4, 0, 0};
+    return {};
+}
+
+/// What the host's decoder reports for a failed parse (the text after "<who>: corrupt message: "). Host code.
+[[nodiscard]] inline std::string elias_failure(const elias_status& st, std::uint64_t nnz, std::uint64_t n,
+                                               std::uint32_t s) {
+    switch (st.kind) {
+        case 1:
+            return hitch::detail::concat("Elias stream ends or overflows in entry ", st.entry, " of ", nnz);
+        case 2:
+            return hitch::detail::concat("index of entry ", st.entry, " is outside the bucket of ", n, " elements");
+        case 3:
+            return hitch::detail::concat("level ", st.level, " of entry ", st.entry, " exceeds ", s);
+        default:
+            return "unexpected bits after the Elias stream";
+    }
 }
 
 }  // namespace hitch::cuda::compress::detail

@@ -125,15 +125,11 @@ __global__ void terngrad_one_pass_kernel(const float* g, std::size_t n, const fl
         const quantizer q = terngrad_running(r);
         const bool thinned = scale > 0.0f && r != scale;
         const std::uint32_t threshold = thinned ? terngrad_threshold(r, scale) : 0u;
-        const counter_rng rng = base.for_element(first), thin_rng = thin_base.for_element(first);
-        const auto offset = static_cast<std::uint32_t>(first % rng_block);
+        std::uint32_t c[terngrad_per_thread] = {};
+        quantize_run<false, false>(g, nullptr, nullptr, first, count, q, base, c);
+        if (thinned) thin_run(c, first, count, thin_base, threshold);
         std::uint32_t word = 0;
-        for (unsigned j = 0; j < count; ++j) {
-            float unused = 0.0f;
-            std::uint32_t c = quantize_element<false, false>(g[first + j], 0.0f, unused, rng.bits(offset + j), q);
-            if (c != 0 && thinned && !thin_keeps(thin_rng, offset + j, threshold)) c = 0;
-            word |= c << (2 * j);
-        }
+        for (unsigned j = 0; j < count; ++j) word |= c[j] << (2 * j);
         store_codes2(codes + 4 * t, word, count);
     }
 }
@@ -159,16 +155,10 @@ __global__ void terngrad_two_pass_kernel(const float* g, const float* r_in, floa
     for (std::size_t t = cuda::detail::grid_index(); t < runs; t += cuda::detail::grid_stride()) {
         const std::size_t first = terngrad_per_thread * t;
         const unsigned count = n - first < terngrad_per_thread ? static_cast<unsigned>(n - first) : terngrad_per_thread;
-        const counter_rng rng = base.for_element(first);
-        const auto offset = static_cast<std::uint32_t>(first % rng_block);
+        std::uint32_t c[terngrad_per_thread] = {};
+        quantize_run<EF, Clip>(g, r_in, r_out, first, count, q, base, c);
         std::uint32_t word = 0;
-        for (unsigned j = 0; j < count; ++j) {
-            float rest = 0.0f;
-            const std::uint32_t c =
-                quantize_element<EF, Clip>(g[first + j], EF ? r_in[first + j] : 0.0f, rest, rng.bits(offset + j), q);
-            if constexpr (EF) r_out[first + j] = rest;
-            word |= c << (2 * j);
-        }
+        for (unsigned j = 0; j < count; ++j) word |= c[j] << (2 * j);
         store_codes2(codes + 4 * t, word, count);
     }
 }
