@@ -22,6 +22,7 @@
 #include "hitch/compress/threshold.hpp"
 #include "hitch/compress/topk.hpp"
 #include "hitch/cuda/compress/dgc.cuh"
+#include "hitch/cuda/compress/error_feedback.cuh"
 #include "hitch/cuda/compress/randomk.cuh"
 #include "hitch/cuda/compress/threshold.cuh"
 #include "hitch/cuda/compress/topk.cuh"
@@ -451,4 +452,45 @@ TEST_CASE("gpu sparse codecs take half and double buckets as the host codecs do"
     both(hc::threshold({.tau = 0.05f}));
     both(hc::randomk({.density = 0.02}));
     both(hc::dgc({.final_density = 0.01}));
+}
+
+TEST_CASE("gpu error_feedback<topk | threshold | randomk>: the host wrapper's messages, residuals and blobs",
+          "[cuda][sparse][ef]") {
+    gpu dev;
+    const std::size_t n = 20000;
+    const auto run = [&](const auto& inner) {
+        using C = std::remove_cvref_t<decltype(inner)>;
+        const hc::error_feedback<C> host(inner);
+        const hc::device_codec<hc::error_feedback<C>, gpu> device(host);
+        auto hs = host.make_state(n);
+        auto ds = device.make_state(dev, n);
+        cc::device_message dm(dev);
+        for (int step = 0; step < 4; ++step) {
+            const auto g = hitch_test::gradients(n, 90 + static_cast<std::size_t>(step));
+            const auto dg = upload(dev, g);
+            std::vector<std::byte> hm;
+            host.encode(tensor_view<const float>(g), hs, hm);
+            device.encode(dev, in_view(dg), ds, dm);
+            INFO(C::name << " step " << step);
+            REQUIRE(dm.to_host() == hm);
+            REQUIRE(same_bits(download(dev, ds.residual), hs.residual));
+        }
+        std::vector<std::byte> hb, db;
+        host.save_state(hs, hb);
+        device.save_state(dev, ds, db);
+        CHECK(hb == db);
+        if constexpr (C::additive) {  // the all-reduce form: residual from the summable values
+            std::vector<float> hv(host.summable_count(hs, n)), hout(n);
+            const auto g = hitch_test::gradients(n, 5);
+            const auto dg = upload(dev, g);
+            host.encode_summable(tensor_view<const float>(g), hs, std::span<float>(hv));
+            hitch::device_buffer<float, gpu> dv(dev, hv.size());
+            device.encode_summable(dev, in_view(dg), ds, dv.view());
+            CHECK(same_bits(download(dev, dv), hv));
+            CHECK(same_bits(download(dev, ds.residual), hs.residual));
+        }
+    };
+    run(hc::topk({.density = 0.01}));
+    run(hc::threshold({.tau = 2e-3f}));
+    run(hc::randomk({.density = 0.05, .scale = false}));
 }
