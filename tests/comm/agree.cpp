@@ -1,6 +1,11 @@
 // allgather_value, agree and any_of over comm::local for 1 to 8 ranks, against the values each rank knows.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "hitch/comm/agree.hpp"
 #include "hitch/comm/local.hpp"
 
@@ -65,4 +70,53 @@ TEST_CASE("agree with a rank that never arrives is a timeout, not a hang", "[com
                         },
                         options),
                     hitch::timeout_error);
+}
+
+namespace {
+enum class colour : std::uint8_t { red = 1, green = 2 };
+}  // namespace
+
+// Found by fuzz_agree_values (tests/fuzz): the default formatter wrote a character array with operator<<, reading
+// past it when another rank's bytes held no NUL (AddressSanitizer: heap-buffer-overflow), and loaded a bool whose
+// byte was neither 0 nor 1 (UndefinedBehaviorSanitizer; agree on a bool did not even compile: allgather_value
+// memcpy'd into a std::vector<bool>). Now arrays are bounded and quoted, bools, characters and enums are written as
+// numbers read through memcpy, a bool's nonzero byte is true, and a pointer from another rank is shown, never
+// followed.
+TEST_CASE("agree describes any bytes another rank sent without reading past them", "[comm][agree][fuzz]") {
+    const auto messages = run_local(2, [](local& comm) {
+        std::vector<std::string> out;
+        const auto attempt = [&](auto&& call) {
+            try {
+                call();
+                out.emplace_back("no error");
+            } catch (const hitch::mismatch_error& e) {
+                out.emplace_back(e.what());
+            }
+        };
+        char name[8];
+        std::memcpy(name, comm.rank() == 0 ? "fc.weigh" : "fc.bi\"\n\x01", 8);  // no NUL
+        attempt([&] { hitch::comm::agree(comm, name, "name"); });
+        bool flag = true;
+        const unsigned char byte = comm.rank() == 0 ? 1 : 2;  // as a damaged message would carry it: still true
+        std::memcpy(&flag, &byte, 1);
+        attempt([&] { hitch::comm::agree(comm, flag, "flag"); });
+        attempt([&] { hitch::comm::agree(comm, comm.rank() == 0, "first"); });
+        attempt([&] { hitch::comm::agree(comm, static_cast<char>(comm.rank() == 0 ? 'A' : 0), "char"); });
+        colour c = colour::red;
+        const unsigned char raw = comm.rank() == 0 ? 1 : 200;
+        std::memcpy(&c, &raw, 1);
+        attempt([&] { hitch::comm::agree(comm, c, "colour"); });
+        const char* pointer = comm.rank() == 0 ? nullptr : reinterpret_cast<const char*>(std::uintptr_t{0x10});
+        attempt([&] { hitch::comm::agree(comm, pointer, "pointer"); });
+        return out;
+    });
+    for (const auto& m : messages) {
+        REQUIRE(m.size() == 6);
+        CHECK(m[0] == "name: rank 0 has \"fc.weigh\", rank 1 has \"fc.bi\\x22\\x0a\\x01\"");
+        CHECK(m[1] == "no error");
+        CHECK(m[2] == "first: rank 0 has 1, rank 1 has 0");
+        CHECK(m[3] == "char: rank 0 has 65, rank 1 has 0");
+        CHECK(m[4] == "colour: rank 0 has 1, rank 1 has 200");
+        CHECK(m[5].find("pointer: rank 0 has 0x0000000000000000, rank 1 has 0x1000000000000000") == 0);
+    }
 }

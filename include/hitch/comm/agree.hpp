@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <ostream>
 #include <span>
 #include <sstream>
 #include <string>
@@ -71,29 +72,96 @@ template <communicator C, class T>
         }
     }
     std::vector<T> result(static_cast<std::size_t>(p));
-    for (int j = 0; j < p; ++j)
-        std::memcpy(&result[static_cast<std::size_t>((me + j) % p)],
-                    blocks.data() + static_cast<std::size_t>(j) * sizeof(T), sizeof(T));
+    for (int j = 0; j < p; ++j) {
+        const std::byte* from = blocks.data() + static_cast<std::size_t>(j) * sizeof(T);
+        if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits: a byte other than 0 is true
+            result[static_cast<std::size_t>((me + j) % p)] = *from != std::byte{0};
+        } else {
+            std::memcpy(static_cast<void*>(&result[static_cast<std::size_t>((me + j) % p)]), from, sizeof(T));
+        }
+    }
     return result;
 }
 
-/// Checks that every rank passed an equal `value` (compared bytewise, or with == when T has it). On any difference
-/// every rank throws mismatch_error: "<what>: rank 0 has <v0>, rank 1 has <v1>, ...", each value written by
-/// `format(os, value)` (default: operator<< when T has one, else its bytes in hex).
+namespace detail {
+
+template <class T>
+inline constexpr bool is_char_like_v =
+    std::is_same_v<std::remove_cv_t<T>, char> || std::is_same_v<std::remove_cv_t<T>, signed char> ||
+    std::is_same_v<std::remove_cv_t<T>, unsigned char>;
+
+/// Writes a value another rank sent, whatever its bytes: numbers as numbers (characters and bools as their
+/// numeric value, enums as their underlying value, read through memcpy so that no byte pattern is an invalid load),
+/// character arrays as a quoted string bounded by the array (they need not end in NUL; other bytes shown as
+/// \xNN), other types with operator<<, and pointers and everything else as their bytes in hex: a pointer from
+/// another process means nothing here, and following it would read memory at random.
+template <class T>
+void write_value(std::ostream& os, const T& v) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(&v);
+    const auto hex = [&] {
+        static constexpr char digits[] = "0123456789abcdef";
+        os << "0x";
+        for (std::size_t i = 0; i < sizeof(T); ++i) os << digits[bytes[i] >> 4] << digits[bytes[i] & 15u];
+    };
+    if constexpr (std::is_array_v<T> && is_char_like_v<std::remove_extent_t<T>> && std::rank_v<T> == 1) {
+        os << '"';
+        for (std::size_t i = 0; i < sizeof(T) && bytes[i] != 0; ++i) {
+            const unsigned char c = bytes[i];
+            if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+                os << static_cast<char>(c);
+            } else {
+                static constexpr char digits[] = "0123456789abcdef";
+                os << "\\x" << digits[c >> 4] << digits[c & 15u];
+            }
+        }
+        os << '"';
+    } else if constexpr (std::is_pointer_v<T> || std::is_array_v<T> || std::is_member_pointer_v<T>) {
+        hex();
+    } else if constexpr (std::is_same_v<std::remove_cv_t<T>, bool> || is_char_like_v<T>) {
+        unsigned char c = 0;
+        std::memcpy(&c, &v, 1);
+        if constexpr (std::is_same_v<std::remove_cv_t<T>, signed char> ||
+                      (std::is_same_v<std::remove_cv_t<T>, char> && std::is_signed_v<char>))
+            os << static_cast<int>(static_cast<signed char>(c));
+        else
+            os << static_cast<int>(c);
+    } else if constexpr (std::is_enum_v<T>) {
+        std::underlying_type_t<T> u{};
+        std::memcpy(&u, &v, sizeof u);
+        if constexpr (sizeof(u) == 1)
+            os << static_cast<int>(u);
+        else
+            os << u;
+    } else if constexpr (requires { os << v; }) {
+        os << v;
+    } else {
+        hex();
+    }
+}
+
+/// Whether two values another rank sent are equal: with == where T has it (not for bool or enums, whose every byte
+/// pattern is not a valid value), else bytewise.
+template <class T>
+[[nodiscard]] bool same_value(const T& a, const T& b) {
+    if constexpr (!std::is_same_v<std::remove_cv_t<T>, bool> && !std::is_enum_v<T> && !std::is_array_v<T> && requires {
+                      { a == b } -> std::convertible_to<bool>;
+                  })
+        return static_cast<bool>(a == b);
+    else
+        return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+}  // namespace detail
+
+/// Checks that every rank passed an equal `value` (compared with == when T has it, else bytewise). On any
+/// difference every rank throws mismatch_error: "<what>: rank 0 has <v0>, rank 1 has <v1>, ...", each value written
+/// by `format(os, value)` (default: detail::write_value).
 template <class C, class T, class Format>
     requires std::is_trivially_copyable_v<T>
 void agree(C& comm, const T& value, std::string_view what, Format&& format) {
     static_assert(check_communicator<C>());
     const std::vector<T> all = allgather_value(comm, value);
-    const auto same = [&](const T& a, const T& b) {
-        if constexpr (requires {
-                          { a == b } -> std::convertible_to<bool>;
-                      })
-            return static_cast<bool>(a == b);
-        else
-            return std::memcmp(&a, &b, sizeof(T)) == 0;
-    };
-    if (std::all_of(all.begin(), all.end(), [&](const T& v) { return same(v, all.front()); })) return;
+    if (std::all_of(all.begin(), all.end(), [&](const T& v) { return detail::same_value(v, all.front()); })) return;
     std::ostringstream s;
     s << what << ": ";
     for (std::size_t r = 0; r < all.size(); ++r) {
@@ -108,17 +176,7 @@ template <class C, class T>
     requires std::is_trivially_copyable_v<T>
 void agree(C& comm, const T& value, std::string_view what) {
     static_assert(check_communicator<C>());
-    agree(comm, value, what, [](std::ostream& os, const T& v) {
-        if constexpr (requires { os << v; }) {
-            os << v;
-        } else {
-            const auto* bytes = reinterpret_cast<const unsigned char*>(&v);
-            os << "0x" << std::hex;
-            for (std::size_t i = 0; i < sizeof(T); ++i)
-                os << static_cast<unsigned>(bytes[i] >> 4) << static_cast<unsigned>(bytes[i] & 15u);
-            os << std::dec;
-        }
-    });
+    agree(comm, value, what, [](std::ostream& os, const T& v) { detail::write_value(os, v); });
 }
 
 /// True on every rank when `flag` is true on at least one (e.g. "some rank saw an inf").

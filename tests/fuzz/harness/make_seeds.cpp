@@ -14,6 +14,11 @@
 #include "../../core/legacy_formats.hpp"
 #include "hitch/allreduce/automatic/state.hpp"
 #include "hitch/allreduce/group.hpp"
+#include "hitch/comm/local.hpp"
+#include "hitch/compress/none.hpp"
+#include "hitch/device/cpu.hpp"
+#include "hitch/sync/server/client.hpp"
+#include "hitch/sync/server/shard.hpp"
 #include "hitch/train/checkpoint_agreement.hpp"
 #include "hitch/train/layer_agreement.hpp"
 #include "model.hpp"
@@ -187,6 +192,35 @@ void write_gzip(const fs::path& file, const std::vector<std::byte>& bytes) {
     gzclose(f);
 }
 
+/// A new shard's state (fuzz_server_state's mode 0 and 2).
+template <class O>
+std::vector<std::byte> shard_blob() {
+    static const std::size_t sizes[] = {6, 2};
+    const hitch::sync::shard_plan plan(sizes, 2, hitch::sync::shard_by::range);
+    hitch_fuzz::model m;
+    hitch::cpu dev;
+    hitch::sync::detail::server_shard<O, hitch::compress::none, hitch::cpu> shard(
+        typename O::options_type{}, {}, dev, m.layers, plan, 1, 3, hitch::sync::server_rule{}, {});
+    std::vector<std::byte> blob;
+    shard.save(blob);
+    return blob;
+}
+
+/// A worker's client state (fuzz_server_state's mode 1 and 3), with codec state where the codec keeps one.
+template <class X>
+std::vector<std::byte> client_blob() {
+    static const std::size_t sizes[] = {6, 2};
+    const hitch::sync::shard_plan plan(sizes, 2, hitch::sync::shard_by::range);
+    hitch_fuzz::model m;
+    hitch::comm::local_world world(1);
+    hitch::comm::local comm = world.communicator(0);
+    hitch::sync::detail::server_client<X, hitch::comm::local> client(comm, X{}, plan, {0, 0}, 1, m.layers,
+                                                                     hitch::sync::server_rule{});
+    std::vector<std::byte> blob;
+    client.save(blob);
+    return blob;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -234,6 +268,26 @@ int main(int argc, char** argv) {
     write(root / "agreement" / "layers", as_bytes(layers), 1);
     std::vector<td::file_verdict> verdicts = {{{200, 7}, 1}, {{200, 7}, 1}, {{100, 3}, 1}};
     write(root / "agreement" / "verdicts", as_bytes(verdicts), 2);
+
+    const fs::path server_dir = root / "server_state";
+    write(server_dir / "shard_adam", shard_blob<hitch::optim::adam>(), 0x80);
+    write(server_dir / "shard_momentum", shard_blob<hitch::optim::momentum>(), 0x82);
+    write(server_dir / "client_none", client_blob<hc::none>(), 0x81);
+    write(server_dir / "client_ef_topk", client_blob<hc::error_feedback<hc::topk>>(), 0x83);
+
+    // comm::agree's values: first byte the type (fuzz_agree_values.cpp), then three ranks' values.
+    const fs::path values_dir = root / "agree_values";
+    const char names[] = "fc.weight\0\0\0\0\0\0\0fc.weight.tail!!fc.bias\0\0\0\0\0\0\0\0\0";
+    write(values_dir / "char_arrays",
+          std::vector<std::byte>(reinterpret_cast<const std::byte*>(names),
+                                 reinterpret_cast<const std::byte*>(names) + 48),
+          0);
+    write(values_dir / "bools", {std::byte{1}, std::byte{0}, std::byte{1}}, 2);
+    write(values_dir / "enums", {std::byte{1}, std::byte{2}, std::byte{1}}, 3);
+    const std::vector<double> doubles = {1.5, -2.25, 1e300};
+    write(values_dir / "doubles", as_bytes(doubles), 7);
+    const std::vector<std::uint64_t> counts = {1000, 1001, 1000};
+    write(values_dir / "counts", as_bytes(counts), 8);
 
     write(root / "idx" / "raw_1d", idx_file(false));
     write(root / "idx" / "raw_3d", idx_file(true));
