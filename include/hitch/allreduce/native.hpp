@@ -1,8 +1,9 @@
 #pragma once
-// hitch::allreduce::native: the communicator's own all-reduce — MPI_Allreduce on comm::mpi's MPI communicator.
-// The only schedule that depends on MPI, so it lives apart: hitch.hpp and the other schedules never include
-// <mpi.h>. On a communicator without a native collective (comm::local) it does not compile (it models
-// schedule_for<native, comm::mpi> only), rather than failing at run time.
+// hitch::allreduce::native on comm::mpi: MPI_Allreduce on comm::mpi's MPI communicator. The class native lives
+// in hitch/allreduce/automatic/native_candidate.hpp and runs on every communicator that specialises
+// native_allreduce<C> (this header for comm::mpi, hitch/cuda/nccl/native.hpp for cuda::nccl); MPI's part lives
+// apart so that hitch.hpp and the other schedules never include <mpi.h>. On a communicator without a native
+// collective (comm::local) it does not compile, rather than failing at run time.
 //
 // float and double sums use MPI_SUM; min and max use user-defined ops (so NaN propagates as in the other
 // schedules); half and bfloat16 travel as 16-bit words combined by user-defined ops in float. An average is an
@@ -84,25 +85,11 @@ template <floating_element T>
 
 }  // namespace detail
 
-class native {
-public:
-    struct options_type {
-        void validate() const {}
-    };
-
-    static constexpr std::string_view name = "native";
-
-    native() = default;
-    explicit native(const options_type& o) : options_(o) {}
-    [[nodiscard]] const options_type& options() const noexcept { return options_; }
-
-    [[nodiscard]] cost_estimate cost(int p, std::size_t n_bytes, const cost_constants& k) const {
-        if (k.has_native()) return native_cost(p, n_bytes, k);
-        return rabenseifner{}.cost(p, n_bytes, k);
-    }
-
+/// allreduce::native on comm::mpi (the class itself is in hitch/allreduce/automatic/native_candidate.hpp).
+template <>
+struct native_allreduce<comm::mpi> {
     template <floating_element T>
-    void run(transport<comm::mpi>& t, std::span<T> data, reduce_op op) const {
+    static void run(transport<comm::mpi>& t, std::span<T> data, reduce_op op) {
         const int p = t.size();
         if (p <= 1 || data.empty()) return;
         const MPI_Comm c = t.comm().native_handle();
@@ -130,19 +117,15 @@ public:
             });
             comm::detail::mpi_check(code, "MPI_Iallreduce");
             if (!done)
-                throw timeout_error("hitch::allreduce::native MPI_Iallreduce",
-                                    hitch::detail::concat(count, " x ", name_of(dtype_of<T>()), " on rank ", t.rank(),
-                                                          " (an MPI collective cannot be cancelled; the communicator "
-                                                          "is unusable now)"),
-                                    t.limit().waited());
+                throw timeout_error(
+                    "hitch::allreduce::native MPI_Iallreduce",
+                    hitch::detail::concat(count, " x ", hitch::name(dtype_of<T>()), " on rank ", t.rank(),
+                                          " (an MPI collective cannot be cancelled; the communicator "
+                                          "is unusable now)"),
+                    t.limit().waited());
         }
         if (op == reduce_op::average) divide(data.data(), data.size(), p);
     }
-
-private:
-    static std::string_view name_of(dtype d) noexcept { return hitch::name(d); }
-
-    options_type options_{};
 };
 
 static_assert(schedule_for<native, comm::mpi>,
