@@ -2,7 +2,8 @@
 #
 # hitch_add_test(NAME SOURCES s.cpp... [LIBRARIES ...] [LABELS ...] [RANKS 2 3] [TIMEOUT s] [CUDA])
 #   Builds one Catch2 executable. Without RANKS it is one test; with RANKS it runs under mpiexec once per rank
-#   count (test name NAME.npN, label mpi). CUDA tests skip (CTest skip code 77) when no GPU is present.
+#   count (test name NAME.npN, label mpi). CUDA tests skip (CTest skip code 77) when no GPU is present; with RANKS
+#   too, every rank skips unless every rank has one (tests/cuda_mpi_main.cpp), and mpiexec returns 77.
 
 set(HITCH_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion)
 
@@ -20,7 +21,9 @@ function(hitch_add_test name)
   if(HITCH_TEST_PCH AND NOT T_CUDA)
     target_precompile_headers(${name} REUSE_FROM hitch_test_pch)
   endif()
-  if(T_CUDA)
+  if(T_CUDA AND T_RANKS)
+    target_link_libraries(${name} PRIVATE hitch_test_main_cuda_mpi ${T_LIBRARIES})
+  elseif(T_CUDA)
     target_link_libraries(${name} PRIVATE hitch_test_main_cuda ${T_LIBRARIES})
   elseif(T_RANKS)
     target_link_libraries(${name} PRIVATE hitch_test_main_mpi ${T_LIBRARIES})
@@ -35,6 +38,9 @@ function(hitch_add_test name)
                        $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
       set_tests_properties(${name}.np${n} PROPERTIES LABELS "mpi;${T_LABELS}" TIMEOUT ${T_TIMEOUT}
                            PROCESSORS ${n} ENVIRONMENT "${environment}")
+      if(T_CUDA)
+        set_tests_properties(${name}.np${n} PROPERTIES SKIP_RETURN_CODE 77)
+      endif()
     endforeach()
   else()
     add_test(NAME ${name} COMMAND ${name})

@@ -139,15 +139,13 @@ auto allreduce_call(group<C>& g, tensor_view<T> data, reduce_op op, const Schedu
             s.run(t, std::span<T>(reinterpret_cast<T*>(host), bytes / sizeof(T)), op);
         };
         if constexpr (Async)
-            return issue_in_space<true>(g, options, call, "allreduce", what,
-                                        [=](transport<C>& t, std::byte* h, std::size_t o, std::size_t b) {
-                                            run(schedule, t, h, o, b);
-                                        });
+            return issue_in_space<true>(
+                g, options, call, "allreduce", what,
+                [=](transport<C>& t, std::byte* h, std::size_t o, std::size_t b) { run(schedule, t, h, o, b); });
         else
-            return issue_in_space<false>(g, options, call, "allreduce", what,
-                                         [&](transport<C>& t, std::byte* h, std::size_t o, std::size_t b) {
-                                             run(schedule, t, h, o, b);
-                                         });
+            return issue_in_space<false>(
+                g, options, call, "allreduce", what,
+                [&](transport<C>& t, std::byte* h, std::size_t o, std::size_t b) { run(schedule, t, h, o, b); });
     }
     if constexpr (Async) {
         // The call may outlive the caller's schedule object: it keeps a copy.
@@ -225,23 +223,20 @@ auto allgather_into_call(group<C>& g, tensor_view<const T> mine, tensor_view<T> 
         call.input_offset = static_cast<std::size_t>(g.rank()) * mine.size_bytes();
         call.writes = {0, all.size_bytes()};
         fill_element<T>(call, reduce_op::sum, -1);
-        return issue_in_space<Async>(g, options, call, "allgather", what,
-                                     [](transport<C>& t, std::byte* h, std::size_t, std::size_t b) {
-                                         const std::size_t n = b / sizeof(T);
-                                         const std::vector<block> blocks = ring::even_blocks(n, t.size());
-                                         ring{}.allgather(t, std::span<T>(reinterpret_cast<T*>(h), n),
-                                                          std::span<const block>(blocks));
-                                     });
+        return issue_in_space<Async>(
+            g, options, call, "allgather", what, [](transport<C>& t, std::byte* h, std::size_t, std::size_t b) {
+                const std::size_t n = b / sizeof(T);
+                const std::vector<block> blocks = ring::even_blocks(n, t.size());
+                ring{}.allgather(t, std::span<T>(reinterpret_cast<T*>(h), n), std::span<const block>(blocks));
+            });
     }
-    return issue<Async>(
-        g, options, what,
-        [=](transport<C>& t, const call_descriptor&) {
-            const std::size_t m = mine.size();
-            T* own = all.data() + static_cast<std::size_t>(t.rank()) * m;
-            if (m != 0 && own != mine.data()) std::memmove(own, mine.data(), m * sizeof(T));
-            const std::vector<block> blocks = ring::even_blocks(all.size(), t.size());
-            ring{}.allgather(t, std::span<T>(all.data(), all.size()), std::span<const block>(blocks));
-        });
+    return issue<Async>(g, options, what, [=](transport<C>& t, const call_descriptor&) {
+        const std::size_t m = mine.size();
+        T* own = all.data() + static_cast<std::size_t>(t.rank()) * m;
+        if (m != 0 && own != mine.data()) std::memmove(own, mine.data(), m * sizeof(T));
+        const std::vector<block> blocks = ring::even_blocks(all.size(), t.size());
+        ring{}.allgather(t, std::span<T>(all.data(), all.size()), std::span<const block>(blocks));
+    });
 }
 
 template <bool Async, class Schedule, communicator C, element_type T>
@@ -261,17 +256,14 @@ auto broadcast_call(group<C>& g, tensor_view<T> data, int root, const Schedule& 
         call.writes = {0, am_root ? 0 : data.size_bytes()};
         call.piecewise = true;  // copies: a broadcast of each piece is the broadcast of the whole
         fill_element<T>(call, reduce_op::sum, root);
-        return issue_in_space<Async>(g, options, call, "broadcast", what,
-                                     [=](transport<C>& t, std::byte* h, std::size_t, std::size_t b) {
-                                         schedule.broadcast(t, std::span<T>(reinterpret_cast<T*>(h), b / sizeof(T)),
-                                                            root);
-                                     });
+        return issue_in_space<Async>(
+            g, options, call, "broadcast", what, [=](transport<C>& t, std::byte* h, std::size_t, std::size_t b) {
+                schedule.broadcast(t, std::span<T>(reinterpret_cast<T*>(h), b / sizeof(T)), root);
+            });
     }
-    return issue<Async>(
-        g, options, what,
-        [=](transport<C>& t, const call_descriptor&) {
-            schedule.broadcast(t, std::span<T>(data.data(), data.size()), root);
-        });
+    return issue<Async>(g, options, what, [=](transport<C>& t, const call_descriptor&) {
+        schedule.broadcast(t, std::span<T>(data.data(), data.size()), root);
+    });
 }
 
 template <bool Async, class Schedule, communicator C, floating_element T>

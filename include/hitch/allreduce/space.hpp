@@ -85,7 +85,9 @@ public:
         : context_(&f), call_([](void* c, std::byte* host, std::size_t offset, std::size_t bytes) {
               (*static_cast<F*>(c))(host, offset, bytes);
           }) {}
-    void operator()(std::byte* host, std::size_t offset, std::size_t bytes) const { call_(context_, host, offset, bytes); }
+    void operator()(std::byte* host, std::size_t offset, std::size_t bytes) const {
+        call_(context_, host, offset, bytes);
+    }
 
 private:
     void* context_;
@@ -187,11 +189,9 @@ template <communicator C>
 /// The backend of `space`, or config_error naming what to include.
 [[nodiscard]] inline space_backend& require_backend(memory_space space, std::string_view who) {
     if (space_backend* b = space_backend_for(space)) return *b;
-    throw config_error(concat("hitch::allreduce::", who, ": the buffer is in ", name(space),
-                              " memory and no backend for it is installed",
-                              space == memory_space::cuda
-                                  ? " (include hitch/cuda/allreduce/collectives.hpp and link hitch::cuda)"
-                                  : ""));
+    throw config_error(concat(
+        "hitch::allreduce::", who, ": the buffer is in ", name(space), " memory and no backend for it is installed",
+        space == memory_space::cuda ? " (include hitch/cuda/allreduce/collectives.hpp and link hitch::cuda)" : ""));
 }
 
 /// A call with its fields for group g filled in: rank, size, communicator, slots, the backend's checks.
@@ -222,7 +222,7 @@ auto issue_in_space(group<C>& g, const call_options& options, space_call call, s
         return d;
     };
     auto body = [&backend, call, host_body = std::forward<HostBody>(host_body)](transport<C>& t,
-                                                                                 const call_descriptor&) mutable {
+                                                                                const call_descriptor&) mutable {
         auto run_host = [&](std::byte* host, std::size_t offset, std::size_t bytes) {
             host_body(t, host, offset, bytes);
         };

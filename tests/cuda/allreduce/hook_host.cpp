@@ -82,8 +82,8 @@ private:
         for (int peer = 0; peer < call.size; ++peer) {
             if (peer == call.rank) continue;
             const block theirs = partition(n, call.size, peer), mine = partition(n, call.size, call.rank);
-            ids.push_back(m.receive(data + theirs.offset * call.element_bytes, theirs.count * call.element_bytes,
-                                    peer, 5));
+            ids.push_back(
+                m.receive(data + theirs.offset * call.element_bytes, theirs.count * call.element_bytes, peer, 5));
             ids.push_back(m.send(data + mine.offset * call.element_bytes, mine.count * call.element_bytes, peer, 5));
         }
         for (std::size_t id : ids) m.wait(id);
@@ -151,8 +151,8 @@ TEST_CASE("all-reduce of device buffers through the hook, every op, staged in pi
     b.options = [](int) { return small_pieces(); };
     const installed on(&b);
     for (int p : {1, 2, 3, 4})
-        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{33},
-                              std::size_t{70001}})
+        for (std::size_t n :
+             {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{33}, std::size_t{70001}})
             for (reduce_op op : {reduce_op::sum, reduce_op::average, reduce_op::min, reduce_op::max}) {
                 allreduce_case<ring, float>(b, p, n, op, false);
                 allreduce_case<rabenseifner, float>(b, p, n, op, n % 2 == 1);
@@ -267,12 +267,10 @@ TEST_CASE("reduce_scatter, allgather, broadcast and reduce of device buffers thr
                     for (std::size_t i = 0; i < m; ++i) mine[i] = c.rank() * 100000 + static_cast<std::int32_t>(i);
                     for (int form = 0; form < 3; ++form) {
                         std::vector<std::int32_t> all(m * static_cast<std::size_t>(p), -1);
-                        const hitch::tensor_view<const std::int32_t> in(mine.data(), m,
-                                                                        form == 1 ? memory_space::host
-                                                                                  : memory_space::cuda);
+                        const hitch::tensor_view<const std::int32_t> in(
+                            mine.data(), m, form == 1 ? memory_space::host : memory_space::cuda);
                         const hitch::tensor_view<std::int32_t> out(all.data(), all.size(),
-                                                                   form == 2 ? memory_space::host
-                                                                             : memory_space::cuda);
+                                                                   form == 2 ? memory_space::host : memory_space::cuda);
                         if (async)
                             allgather_async(g, in, out).wait();
                         else
@@ -331,8 +329,7 @@ TEST_CASE("a backend's own messages go through the call's space_messages", "[cud
             }));
 }
 
-TEST_CASE("a buffer in a space without a backend is a config_error that names the header",
-          "[cuda][allreduce][host]") {
+TEST_CASE("a buffer in a space without a backend is a config_error that names the header", "[cuda][allreduce][host]") {
     const installed none(nullptr);
     REQUIRE_NOTHROW(run_local(1, [&](local& c) {
         group g(c);

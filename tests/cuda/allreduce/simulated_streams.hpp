@@ -22,8 +22,13 @@ using hitch::allreduce::byte_range;
 class simulated_streams {
 public:
     simulated_streams(std::byte* pinned, std::size_t pinned_bytes, int slots, std::uint64_t seed)
-        : pinned_(pinned), pinned_bytes_(pinned_bytes), rng_(seed), in_recorded_(slots), in_done_(slots),
-          out_recorded_(slots), out_done_(slots) {}
+        : pinned_(pinned),
+          pinned_bytes_(pinned_bytes),
+          rng_(seed),
+          in_recorded_(slots),
+          in_done_(slots),
+          out_recorded_(slots),
+          out_done_(slots) {}
 
     void copy_in(void* dst, const void* src, std::size_t bytes) { push(in_, copy(dst, src, bytes, dst)); }
     void copy_out(void* dst, const void* src, std::size_t bytes) { push(out_, copy(dst, src, bytes, src)); }
@@ -85,7 +90,9 @@ private:
         return r.offset < a + bytes && a < r.offset + r.bytes;
     }
 
-    [[nodiscard]] bool can_run(const std::deque<op>& q) const { return !q.empty() && (!q.front().ready || q.front().ready()); }
+    [[nodiscard]] bool can_run(const std::deque<op>& q) const {
+        return !q.empty() && (!q.front().ready || q.front().ready());
+    }
 
     void run_front(std::deque<op>& q, const std::deque<op>& other) {
         op o = std::move(q.front());

@@ -42,8 +42,8 @@ ca::device_options with_chunk(std::size_t chunk, int slots = 3) {
 }
 
 /// The plan's invariants for any call.
-void check_plan(const ca::staging_plan& plan, std::size_t bytes, std::size_t element, bool piecewise,
-                byte_range reads, byte_range writes, const ca::device_options& o) {
+void check_plan(const ca::staging_plan& plan, std::size_t bytes, std::size_t element, bool piecewise, byte_range reads,
+                byte_range writes, const ca::device_options& o) {
     INFO("bytes " << bytes << " element " << element << " chunk " << o.chunk_bytes << " slots " << o.slots
                   << (piecewise ? " piecewise" : ""));
     const std::size_t chunk = o.chunk_bytes / element * element;
@@ -63,9 +63,8 @@ void check_plan(const ca::staging_plan& plan, std::size_t bytes, std::size_t ele
         CHECK(s.slot == static_cast<int>(i % static_cast<std::size_t>(plan.slots())));
         CHECK(s.slot_offset == static_cast<std::size_t>(s.slot) * plan.chunk_bytes());
         CHECK(s.slot_offset + s.bytes <= plan.pinned_bytes());
-        CHECK(s.waits_for == (i >= static_cast<std::size_t>(plan.slots())
-                                  ? static_cast<long long>(i) - plan.slots()
-                                  : -1));
+        CHECK(s.waits_for ==
+              (i >= static_cast<std::size_t>(plan.slots()) ? static_cast<long long>(i) - plan.slots() : -1));
         CHECK(s.copy_in == ca::clip(reads, s.offset, s.bytes));
         CHECK(s.copy_out == ca::clip(writes, s.offset, s.bytes));
         CHECK(s.copy_in.offset + s.copy_in.bytes <= s.bytes);
@@ -192,8 +191,10 @@ void run_pipeline_case(std::size_t bytes, std::size_t element, bool piecewise, b
             const std::size_t q = offset + i;
             const bool from_input = !input.empty() && q >= input_offset && q < input_offset + input.size();
             const bool read = from_input || (q >= reads.offset && q < reads.offset + reads.bytes);
-            if (from_input) CHECK(slot[i] == input[q - input_offset]);
-            else if (read) CHECK(slot[i] == original[q]);
+            if (from_input)
+                CHECK(slot[i] == input[q - input_offset]);
+            else if (read)
+                CHECK(slot[i] == original[q]);
             slot[i] = f(q, read ? slot[i] : std::byte{0});
         }
     };
@@ -224,12 +225,12 @@ TEST_CASE("the staged loop gives every piece its bytes and copies back only what
                     if (chunk == 64 && n > 100000 && seed > 1) continue;  // 65536 pieces: once is enough
                     const auto o = with_chunk(chunk, slots);
                     const byte_range all{0, bytes};
-                    run_pipeline_case(bytes, 4, true, all, all, o, seed);                // all-reduce
-                    run_pipeline_case(bytes, 4, true, all, {0, 0}, o, seed + 10);        // broadcast's root
-                    run_pipeline_case(bytes, 4, true, {0, 0}, all, o, seed + 20);        // its receivers
+                    run_pipeline_case(bytes, 4, true, all, all, o, seed);          // all-reduce
+                    run_pipeline_case(bytes, 4, true, all, {0, 0}, o, seed + 10);  // broadcast's root
+                    run_pipeline_case(bytes, 4, true, {0, 0}, all, o, seed + 20);  // its receivers
                     const byte_range middle{bytes / 12 * 4, bytes / 12 * 4};
-                    run_pipeline_case(bytes, 4, false, middle, all, o, seed + 30);       // allgather in place
-                    run_pipeline_case(bytes, 4, false, all, {0, 0}, o, seed + 40);       // reduce off the root
+                    run_pipeline_case(bytes, 4, false, middle, all, o, seed + 30);  // allgather in place
+                    run_pipeline_case(bytes, 4, false, all, {0, 0}, o, seed + 40);  // reduce off the root
                 }
 }
 
@@ -296,9 +297,8 @@ space_call gpu_call(operation what, std::string_view schedule, int size = 2, std
 TEST_CASE("HITCH_CUDA_AWARE_MPI takes yes, no and auto in their usual spellings", "[cuda][allreduce][host]") {
     for (std::string_view v : {"1", "yes", "true", "on"}) CHECK(ca::parse_cuda_aware_override(v) == true);
     for (std::string_view v : {"0", "no", "false", "off"}) CHECK(ca::parse_cuda_aware_override(v) == false);
-    for (std::optional<std::string_view> v :
-         {std::optional<std::string_view>{}, std::optional<std::string_view>{""},
-          std::optional<std::string_view>{"auto"}})
+    for (std::optional<std::string_view> v : {std::optional<std::string_view>{}, std::optional<std::string_view>{""},
+                                              std::optional<std::string_view>{"auto"}})
         CHECK_FALSE(ca::parse_cuda_aware_override(v).has_value());
     try {
         (void)ca::parse_cuda_aware_override(std::string_view("maybe"));
@@ -317,7 +317,8 @@ TEST_CASE("CUDA-awareness: option, then environment, then the communicator, then
     CHECK(decide(device_path::automatic, {}, "comm::mpi", false, aware_mpi).aware);
     CHECK(decide(device_path::automatic, {}, "comm::mpi", false, aware_mpi).reason == "MPIX_Query_cuda_support() = 1");
     CHECK_FALSE(decide(device_path::automatic, {}, "comm::mpi", false, unaware_mpi).aware);
-    CHECK(decide(device_path::automatic, {}, "comm::mpi", false, unaware_mpi).reason == "MPIX_Query_cuda_support() = 0");
+    CHECK(decide(device_path::automatic, {}, "comm::mpi", false, unaware_mpi).reason ==
+          "MPIX_Query_cuda_support() = 0");
     CHECK_FALSE(decide(device_path::automatic, {}, "comm::mpi", false, undeclared_mpi).aware);
     CHECK_FALSE(decide(device_path::automatic, {}, "comm::mpi", false, not_asked).aware);
     CHECK(decide(device_path::automatic, {}, "comm::mpi", false, not_asked).reason.find("mpi.hpp is not included") !=

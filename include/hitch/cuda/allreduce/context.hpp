@@ -43,11 +43,13 @@ private:
     int previous_ = 0;
 };
 
-/// The GPU that `pointer` lives on; the current one for host memory.
+/// The GPU that `pointer` lives on; the current one for host memory and null.
 [[nodiscard]] inline int device_of(const void* pointer) {
     cudaPointerAttributes a{};
-    detail::check(cudaPointerGetAttributes(&a, pointer), "cudaPointerGetAttributes");
-    if ((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device >= 0) return a.device;
+    if (pointer != nullptr) {  // an empty view may hold no pointer at all
+        detail::check(cudaPointerGetAttributes(&a, pointer), "cudaPointerGetAttributes");
+        if ((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device >= 0) return a.device;
+    }
     int current = 0;
     detail::check(cudaGetDevice(&current), "cudaGetDevice");
     return current;

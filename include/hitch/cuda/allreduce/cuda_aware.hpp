@@ -33,7 +33,7 @@ inline constexpr std::string_view cuda_aware_variable = "HITCH_CUDA_AWARE_MPI";
 
 /// What the MPI library says of itself: whether its header declares a query, and the query's answer.
 struct mpi_cuda_query {
-    bool installed = false;    ///< hitch/cuda/allreduce/mpi.hpp asked the library's header (else nothing is known)
+    bool installed = false;  ///< hitch/cuda/allreduce/mpi.hpp asked the library's header (else nothing is known)
     bool declared = false;
     int (*query)() = nullptr;  ///< MPIX_Query_cuda_support where declared: 1 when CUDA-aware
 };
@@ -92,8 +92,7 @@ struct cuda_awareness {
     if (const std::optional<bool> forced = parse_cuda_aware_override(environment))
         return {*forced, concat(cuda_aware_variable, " = ", *environment)};
     if (carries) return {true, concat(communicator, " carries device memory")};
-    if (communicator != mpi_communicator_name)
-        return {false, concat(communicator, " does not carry device memory")};
+    if (communicator != mpi_communicator_name) return {false, concat(communicator, " does not carry device memory")};
     if (!mpi.installed)
         return {false, "hitch/cuda/allreduce/mpi.hpp is not included, so the MPI library was not asked"};
     if (!mpi.declared || mpi.query == nullptr)

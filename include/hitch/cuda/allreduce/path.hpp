@@ -39,7 +39,9 @@ namespace hitch::cuda::allreduce {
 }
 
 /// What the ranks of a direct call agree on (its messages are not the staged call's).
-[[nodiscard]] inline std::uint64_t direct_fingerprint() noexcept { return fnv1a(std::string_view("hitch.cuda.direct")); }
+[[nodiscard]] inline std::uint64_t direct_fingerprint() noexcept {
+    return fnv1a(std::string_view("hitch.cuda.direct"));
+}
 
 struct path_choice {
     bool direct = false;

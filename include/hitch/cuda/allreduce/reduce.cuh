@@ -65,12 +65,11 @@ void combine_op_dispatch(storage_t<T>* dst, const storage_t<T>* left, const stor
 }
 
 template <class T, reduce_op Op>
-__global__ void combine_many_kernel(storage_t<T>* dst, const storage_t<T>* const* sources, std::size_t k,
-                                    std::size_t n, bool divide_result, accumulator_t<T> divisor) {
+__global__ void combine_many_kernel(storage_t<T>* dst, const storage_t<T>* const* sources, std::size_t k, std::size_t n,
+                                    bool divide_result, accumulator_t<T> divisor) {
     const std::size_t stride = hitch::cuda::detail::grid_stride();
     for (std::size_t i = hitch::cuda::detail::grid_index(); i < n; i += stride)
-        dst[i] = combine_many_element<T>(
-            Op, k, [&](std::size_t s) { return sources[s][i]; }, divide_result, divisor);
+        dst[i] = combine_many_element<T>(Op, k, [&](std::size_t s) { return sources[s][i]; }, divide_result, divisor);
 }
 
 template <class T>
@@ -90,8 +89,8 @@ void combine(T* dst, const T* left, const T* right, std::size_t n, reduce_op op,
     if (n == 0) return;
     const auto d = static_cast<accumulator_t<T>>(divisor);
     if (divides(op, divisor))
-        detail::combine_op_dispatch<T, true>(detail::storage(dst), detail::storage(left), detail::storage(right), n,
-                                             op, d, stream);
+        detail::combine_op_dispatch<T, true>(detail::storage(dst), detail::storage(left), detail::storage(right), n, op,
+                                             d, stream);
     else
         detail::combine_op_dispatch<T, false>(detail::storage(dst), detail::storage(left), detail::storage(right), n,
                                               op, d, stream);
@@ -141,14 +140,14 @@ inline void combine(dtype type, void* dst, const void* left, const void* right, 
                     int divisor, cudaStream_t stream) {
     switch (type) {
         case dtype::f32:
-            return combine(static_cast<float*>(dst), static_cast<const float*>(left),
-                           static_cast<const float*>(right), n, op, divisor, stream);
+            return combine(static_cast<float*>(dst), static_cast<const float*>(left), static_cast<const float*>(right),
+                           n, op, divisor, stream);
         case dtype::f64:
             return combine(static_cast<double*>(dst), static_cast<const double*>(left),
                            static_cast<const double*>(right), n, op, divisor, stream);
         case dtype::f16:
-            return combine(static_cast<half*>(dst), static_cast<const half*>(left), static_cast<const half*>(right),
-                           n, op, divisor, stream);
+            return combine(static_cast<half*>(dst), static_cast<const half*>(left), static_cast<const half*>(right), n,
+                           op, divisor, stream);
         case dtype::bf16:
             return combine(static_cast<bfloat16*>(dst), static_cast<const bfloat16*>(left),
                            static_cast<const bfloat16*>(right), n, op, divisor, stream);
