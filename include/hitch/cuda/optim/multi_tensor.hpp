@@ -8,7 +8,6 @@
 //
 // Plain host code apart from the rows (plain data the kernels read): the host tests check the layout.
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>

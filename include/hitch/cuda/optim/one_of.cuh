@@ -2,7 +2,7 @@
 // hitch::optim::one_of<Os...> on hitch::cuda::device. one_of's per-layer step already forwards to the chosen rule's
 // own (its GPU step); this adds model_optimizer's fused step: the chosen rule's plan over the rule's state inside each
 // layer's one_of state, with one_of's step count carried in and out as one_of::step does. Every rule of the set needs
-// its GPU kernels (include the rules' .cuh first, or all.cuh). nvcc only.
+// GPU kernels: hitch's own rules' come with this header. nvcc only.
 #if !defined(__CUDACC__)
 #error "hitch/cuda/optim/one_of.cuh is CUDA code: compile it with nvcc (a .cu file)"
 #endif
@@ -16,6 +16,11 @@
 #include "hitch/core/layer.hpp"
 #include "hitch/core/parallel.hpp"
 #include "hitch/cuda/device.hpp"
+#include "hitch/cuda/optim/adam.cuh"
+#include "hitch/cuda/optim/lamb.cuh"
+#include "hitch/cuda/optim/lars.cuh"
+#include "hitch/cuda/optim/momentum.cuh"
+#include "hitch/cuda/optim/sgd.cuh"
 #include "hitch/optim/detail/device_step.hpp"
 #include "hitch/optim/one_of.hpp"
 
@@ -98,5 +103,8 @@ template <class... Os>
 struct device_step<one_of<Os...>, cuda::device> {
     using plan = cuda::optim::detail::one_of_plan<Os...>;
 };
+
+static_assert(optimizer_on<one_of<sgd, momentum, adam, adamw, lars<momentum>, lamb>, cuda::device>,
+              "hitch::optim::one_of must model hitch::optimizer_on<cuda::device>");
 
 }  // namespace hitch::optim
