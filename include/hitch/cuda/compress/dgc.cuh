@@ -47,7 +47,7 @@ struct dgc_scalars {
 
 /// One thread block per group of blocks, one thread per lane of a block: the lanes' sums, each block's lanes folded,
 /// the group's blocks added in order (compress::detail::dgc_squared_norm's order).
-__global__ void __launch_bounds__(dgc_norm_threads)
+static __global__ void __launch_bounds__(dgc_norm_threads)
     dgc_norm_groups_kernel(const float* g, std::uint64_t n, double* group_sums) {
     constexpr std::uint64_t block = hitch::compress::tuning::dgc_norm_block;
     constexpr unsigned blocks = static_cast<unsigned>(hitch::compress::tuning::dgc_norm_group);
@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(dgc_norm_threads)
 }
 
 /// The groups added in order; the clipping factor; a non-finite norm (NaN or an infinity in g) noted.
-__global__ void dgc_scale_kernel(const double* group_sums, std::uint64_t groups, double limit, bool clip,
-                                 dgc_scalars* out) {
+static __global__ void dgc_scale_kernel(const double* group_sums, std::uint64_t groups, double limit, bool clip,
+                                        dgc_scalars* out) {
     double total = 0.0;
     for (std::uint64_t k = 0; k < groups; ++k) total = hd::add(total, group_sums[k]);
     out->norm2 = total;
@@ -77,15 +77,15 @@ __global__ void dgc_scale_kernel(const double* group_sums, std::uint64_t groups,
     out->scale = dgc_scale(total, limit, clip);
 }
 
-__global__ void dgc_momentum_kernel(const float* g, std::uint64_t n, const dgc_scalars* scalars, float m, bool nesterov,
-                                    const float* u0, const float* v0, float* u, float* v) {
+static __global__ void dgc_momentum_kernel(const float* g, std::uint64_t n, const dgc_scalars* scalars, float m,
+                                           bool nesterov, const float* u0, const float* v0, float* u, float* v) {
     const float scale = scalars->scale;
     for (std::uint64_t i = grid_index(); i < n; i += grid_stride())
         dgc_momentum(g[i], scale, m, nesterov, u0[i], v0[i], u[i], v[i]);
 }
 
 /// Momentum factor masking: u and v are 0 where sent.
-__global__ void dgc_mask_kernel(float* u, float* v, const std::uint64_t* index, std::uint64_t k) {
+static __global__ void dgc_mask_kernel(float* u, float* v, const std::uint64_t* index, std::uint64_t k) {
     for (std::uint64_t j = grid_index(); j < k; j += grid_stride()) {
         u[index[j]] = 0.0f;
         v[index[j]] = 0.0f;

@@ -84,7 +84,7 @@ private:
 inline constexpr unsigned ortho_threads = 256;
 
 /// M = G + E (or G + 0, as the host adds zero without error feedback); notes NaN and infinities.
-__global__ void m_kernel(const float* g, const float* residual, std::uint64_t n, float* m, std::uint32_t* bad) {
+static __global__ void m_kernel(const float* g, const float* residual, std::uint64_t n, float* m, std::uint32_t* bad) {
     for (std::uint64_t i = grid_index(); i < n; i += grid_stride()) {
         const float x = hd::add(g[i], residual != nullptr ? residual[i] : 0.0f);
         m[i] = x;
@@ -93,8 +93,8 @@ __global__ void m_kernel(const float* g, const float* residual, std::uint64_t n,
 }
 
 /// Round 1's uncompressed layers: their elements of M, as they are.
-__global__ void uncompressed_kernel(const layer_entry* layers, std::uint32_t count, const float* m, std::uint64_t n,
-                                    float* p) {
+static __global__ void uncompressed_kernel(const layer_entry* layers, std::uint32_t count, const float* m,
+                                           std::uint64_t n, float* p) {
     for (std::uint64_t i = grid_index(); i < n; i += grid_stride()) {
         const layer_entry& L = layers[find_layer(layers, count, i)];
         if (L.compressed == 0) p[L.p_offset + (i - L.offset)] = m[i];
@@ -104,7 +104,7 @@ __global__ void uncompressed_kernel(const layer_entry* layers, std::uint32_t cou
 /// compress::detail::orthogonalise for each compressed layer (one thread block each): modified Gram-Schmidt, every
 /// column twice, dependent columns zeroed, with the host's element-wise steps; the double sums are block
 /// reductions (the host adds in index order).
-__global__ void __launch_bounds__(ortho_threads)
+static __global__ void __launch_bounds__(ortho_threads)
     orthogonalise_kernel(float* p, const layer_entry* layers, const std::uint32_t* compressed, std::uint64_t r) {
     using reduce_t = cub::BlockReduce<double, ortho_threads>;
     __shared__ typename reduce_t::TempStorage storage;
@@ -143,9 +143,9 @@ __global__ void __launch_bounds__(ortho_threads)
 }
 
 /// out = P Q_sum^T (compressed layers) or the summed elements (the others); E = M - P Q_local^T or 0.
-__global__ void finish_kernel(const layer_entry* layers, std::uint32_t count, std::uint64_t n, std::uint64_t r,
-                              const float* p_hat, const float* p_sum, const float* q_sum, const float* q_local,
-                              const float* m, float* out, float* residual) {
+static __global__ void finish_kernel(const layer_entry* layers, std::uint32_t count, std::uint64_t n, std::uint64_t r,
+                                     const float* p_hat, const float* p_sum, const float* q_sum, const float* q_local,
+                                     const float* m, float* out, float* residual) {
     for (std::uint64_t i = grid_index(); i < n; i += grid_stride()) {
         const layer_entry& L = layers[find_layer(layers, count, i)];
         const std::uint64_t local = i - L.offset;
@@ -182,7 +182,7 @@ __global__ void decode_kernel(const layer_entry* layers, std::uint32_t count, st
 }
 
 /// The lowest float index of `count` whose value is not finite.
-__global__ void first_non_finite_kernel(const float* v, std::uint64_t count, unsigned long long* first) {
+static __global__ void first_non_finite_kernel(const float* v, std::uint64_t count, unsigned long long* first) {
     for (std::uint64_t i = grid_index(); i < count; i += grid_stride())
         if (hd::non_finite(v[i])) atomicMin(first, static_cast<unsigned long long>(i));
 }

@@ -72,15 +72,15 @@ inline const jump_matrix* device_jump_tables(cuda::device& dev) {
 // ---- the draw -------------------------------------------------------------------------------------------------------
 
 /// The host's loop on one thread (small draws).
-__global__ void draw_sequential_kernel(std::uint64_t key, draw_plan plan, std::uint64_t* bitmap) {
+static __global__ void draw_sequential_kernel(std::uint64_t key, draw_plan plan, std::uint64_t* bitmap) {
     draw_bitmap(key, plan, bitmap);
 }
 
 /// Stream outputs [0, outputs) of a batch from `base`, `per_thread` consecutive ones per thread: each output's value
 /// (accepted_value) and its position.
-__global__ void draw_generate_kernel(const jump_matrix* tables, unsigned table_count, xoshiro_state base,
-                                     draw_plan plan, std::uint64_t outputs, std::uint64_t per_thread,
-                                     std::uint64_t* values, std::uint64_t* positions) {
+static __global__ void draw_generate_kernel(const jump_matrix* tables, unsigned table_count, xoshiro_state base,
+                                            draw_plan plan, std::uint64_t outputs, std::uint64_t per_thread,
+                                            std::uint64_t* values, std::uint64_t* positions) {
     for (std::uint64_t first = grid_index() * per_thread; first < outputs; first += grid_stride() * per_thread) {
         xoshiro_state x = jump_by(tables, table_count, base, first);
         const std::uint64_t end = first + per_thread < outputs ? first + per_thread : outputs;
@@ -93,9 +93,9 @@ __global__ void draw_generate_kernel(const jump_matrix* tables, unsigned table_c
 
 /// After the stable sort by value: the first occurrence of each accepted value that no earlier batch took is new
 /// (flagged at its stream position).
-__global__ void draw_fresh_kernel(const std::uint64_t* sorted_values, const std::uint64_t* sorted_positions,
-                                  std::uint64_t outputs, std::uint64_t n, const std::uint64_t* bitmap,
-                                  unsigned char* fresh) {
+static __global__ void draw_fresh_kernel(const std::uint64_t* sorted_values, const std::uint64_t* sorted_positions,
+                                         std::uint64_t outputs, std::uint64_t n, const std::uint64_t* bitmap,
+                                         unsigned char* fresh) {
     for (std::uint64_t i = grid_index(); i < outputs; i += grid_stride()) {
         const std::uint64_t v = sorted_values[i];
         const bool first = i == 0 || sorted_values[i - 1] != v;
@@ -110,8 +110,9 @@ struct fresh_count {
 };
 
 /// The new values up to the one that completes the draw go into the bitmap.
-__global__ void draw_take_kernel(const std::uint64_t* values, const unsigned char* fresh, const std::uint64_t* rank,
-                                 std::uint64_t outputs, std::uint64_t left, std::uint64_t* bitmap) {
+static __global__ void draw_take_kernel(const std::uint64_t* values, const unsigned char* fresh,
+                                        const std::uint64_t* rank, std::uint64_t outputs, std::uint64_t left,
+                                        std::uint64_t* bitmap) {
     for (std::uint64_t t = grid_index(); t < outputs; t += grid_stride())
         if (fresh[t] != 0 && rank[t] <= left) {
             const std::uint64_t v = values[t];
@@ -128,8 +129,8 @@ struct chosen_count {
 };
 
 /// Each bitmap word writes its chosen indices from its offset on.
-__global__ void draw_indices_kernel(draw_plan plan, const std::uint64_t* bitmap, const std::uint64_t* offsets,
-                                    std::uint64_t* out) {
+static __global__ void draw_indices_kernel(draw_plan plan, const std::uint64_t* bitmap, const std::uint64_t* offsets,
+                                           std::uint64_t* out) {
     const std::uint64_t words = (plan.n + 63) / 64;
     for (std::uint64_t w = grid_index(); w < words; w += grid_stride()) {
         std::uint64_t bits = chosen_bits(plan, bitmap[w], w);
@@ -221,21 +222,22 @@ inline void draw_indices(cuda::device& dev, draw_workspace& ws, std::uint64_t ke
 // ---- the codec's kernels --------------------------------------------------------------------------------------------
 
 /// Notes a NaN or an infinity in v: the lowest such index (atomicMin), ~0 when none.
-__global__ void first_non_finite_kernel(const float* v, std::uint64_t n, unsigned long long* first) {
+static __global__ void first_non_finite_kernel(const float* v, std::uint64_t n, unsigned long long* first) {
     for (std::uint64_t i = grid_index(); i < n; i += grid_stride())
         if (non_finite_bits(magnitude_bits(v[i]))) atomicMin(first, static_cast<unsigned long long>(i));
 }
 
 /// The lowest j whose value (a received message's) is not finite.
-__global__ void randomk_check_values_kernel(const unsigned char* values, std::uint64_t k, unsigned long long* first) {
+static __global__ void randomk_check_values_kernel(const unsigned char* values, std::uint64_t k,
+                                                   unsigned long long* first) {
     for (std::uint64_t j = grid_index(); j < k; j += grid_stride())
         if (non_finite_bits(magnitude_bits(load_f32(values + 4 * j))))
             atomicMin(first, static_cast<unsigned long long>(j));
 }
 
 /// Payload: u64 key | u64 k | k x f32 f v[index[j]].
-__global__ void write_randomk_kernel(unsigned char* payload, std::uint64_t key, const std::uint64_t* index,
-                                     std::uint64_t k, const float* v, float factor) {
+static __global__ void write_randomk_kernel(unsigned char* payload, std::uint64_t key, const std::uint64_t* index,
+                                            std::uint64_t k, const float* v, float factor) {
     const std::uint64_t first = grid_index();
     if (first == 0) {
         store_u64(payload, key);
@@ -246,7 +248,7 @@ __global__ void write_randomk_kernel(unsigned char* payload, std::uint64_t key, 
 }
 
 /// Error feedback at the drawn coordinates: r -= f r.
-__global__ void randomk_residual_kernel(float* r, const std::uint64_t* index, std::uint64_t k, float factor) {
+static __global__ void randomk_residual_kernel(float* r, const std::uint64_t* index, std::uint64_t k, float factor) {
     for (std::uint64_t j = grid_index(); j < k; j += grid_stride()) {
         float& x = r[index[j]];
         x = hd::sub(x, hd::mul(factor, x));
@@ -254,14 +256,14 @@ __global__ void randomk_residual_kernel(float* r, const std::uint64_t* index, st
 }
 
 /// The additive form: out[j] = f v[index[j]].
-__global__ void randomk_summable_kernel(float* out, const std::uint64_t* index, std::uint64_t k, const float* v,
-                                        float factor) {
+static __global__ void randomk_summable_kernel(float* out, const std::uint64_t* index, std::uint64_t k, const float* v,
+                                               float factor) {
     for (std::uint64_t j = grid_index(); j < k; j += grid_stride()) out[j] = hd::mul(factor, v[index[j]]);
 }
 
 /// out[index[j]] = out[index[j]] + value j (decode after zeroing, and decode_add), or = sum[j] (decode_summed).
-__global__ void randomk_scatter_kernel(float* out, const std::uint64_t* index, std::uint64_t k,
-                                       const unsigned char* values, const float* sums) {
+static __global__ void randomk_scatter_kernel(float* out, const std::uint64_t* index, std::uint64_t k,
+                                              const unsigned char* values, const float* sums) {
     for (std::uint64_t j = grid_index(); j < k; j += grid_stride()) {
         float& o = out[index[j]];
         o = values != nullptr ? hd::add(o, load_f32(values + 4 * j)) : sums[j];

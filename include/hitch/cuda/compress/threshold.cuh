@@ -28,7 +28,7 @@
 namespace hitch::cuda::compress::detail::sparse {
 
 /// r[index[j]] -= sign(r) tau for the sent elements (error feedback).
-__global__ void threshold_residual_kernel(float* r, const std::uint64_t* index, std::uint64_t count, float tau) {
+static __global__ void threshold_residual_kernel(float* r, const std::uint64_t* index, std::uint64_t count, float tau) {
     for (std::uint64_t j = grid_index(); j < count; j += grid_stride()) {
         float& x = r[index[j]];
         x = threshold_residual(x, tau);

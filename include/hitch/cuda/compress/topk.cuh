@@ -29,12 +29,12 @@
 namespace hitch::cuda::compress::detail::sparse {
 
 /// r_out = g + r_in (error feedback's v).
-__global__ void add_residual_kernel(const float* g, const float* r_in, float* r_out, std::uint64_t n) {
+static __global__ void add_residual_kernel(const float* g, const float* r_in, float* r_out, std::uint64_t n) {
     for (std::uint64_t i = grid_index(); i < n; i += grid_stride()) r_out[i] = hd::add(g[i], r_in[i]);
 }
 
 /// r[index[j]] = 0 for the k sent elements.
-__global__ void zero_selected_kernel(float* r, const std::uint64_t* index, std::uint64_t k) {
+static __global__ void zero_selected_kernel(float* r, const std::uint64_t* index, std::uint64_t k) {
     for (std::uint64_t j = grid_index(); j < k; j += grid_stride()) r[index[j]] = 0.0f;
 }
 

@@ -163,7 +163,7 @@ struct radix_workspace {
     std::uint32_t hist[radix_max_bins];
 };
 
-__global__ void radix_begin_kernel(radix_workspace* ws, std::uint64_t k) {
+static __global__ void radix_begin_kernel(radix_workspace* ws, std::uint64_t k) {
     for (unsigned b = threadIdx.x; b < radix_max_bins; b += blockDim.x) ws->hist[b] = 0;
     if (threadIdx.x == 0) {
         ws->state.prefix = 0;
@@ -338,12 +338,13 @@ struct capped_store {
     }
 };
 
-__global__ void gather_magnitudes_kernel(const float* v, const std::uint64_t* index, std::uint64_t count,
-                                         std::uint32_t* out) {
+static __global__ void gather_magnitudes_kernel(const float* v, const std::uint64_t* index, std::uint64_t count,
+                                                std::uint32_t* out) {
     for (std::uint64_t j = grid_index(); j < count; j += grid_stride()) out[j] = magnitude_bits(v[index[j]]);
 }
 
-__global__ void sample_kernel(const float* v, std::uint64_t n, std::uint64_t key, std::uint64_t s, std::uint32_t* out) {
+static __global__ void sample_kernel(const float* v, std::uint64_t n, std::uint64_t key, std::uint64_t s,
+                                     std::uint32_t* out) {
     for (std::uint64_t j = grid_index(); j < s; j += grid_stride()) {
         const std::uint32_t m = magnitude_bits(v[sample_index(key, j, n)]);
         out[j] = m > infinity_bits ? infinity_bits : m;  // NaN counts as infinity: the collecting pass reports it
@@ -570,15 +571,15 @@ __global__ void varint_total_kernel(std::uint64_t count, Code code, const std::u
 }
 
 /// topk / dgc payload's fixed part and values: u64 k | k x f32 v[index[j]].
-__global__ void write_sparse_values_kernel(unsigned char* payload, const std::uint64_t* index, std::uint64_t k,
-                                           const float* v) {
+static __global__ void write_sparse_values_kernel(unsigned char* payload, const std::uint64_t* index, std::uint64_t k,
+                                                  const float* v) {
     const std::uint64_t first = grid_index();
     if (first == 0) store_u64(payload, k);
     for (std::uint64_t j = first; j < k; j += grid_stride())
         store_f32(payload + sparse_layout::values_at() + 4 * j, v[index[j]]);
 }
 
-__global__ void write_threshold_head_kernel(unsigned char* payload, std::uint64_t count, float tau) {
+static __global__ void write_threshold_head_kernel(unsigned char* payload, std::uint64_t count, float tau) {
     store_u64(payload, count);
     store_f32(payload + 8, tau);
 }
@@ -637,8 +638,8 @@ struct ends_varint_flag {
 };
 
 /// Each terminator records where its entry ends; the last byte checks that exactly `count` varints fill the region.
-__global__ void varint_ends_kernel(const unsigned char* region, std::uint64_t bytes, std::uint64_t count,
-                                   const std::uint64_t* rank, std::uint64_t* ends, status_words* status) {
+static __global__ void varint_ends_kernel(const unsigned char* region, std::uint64_t bytes, std::uint64_t count,
+                                          const std::uint64_t* rank, std::uint64_t* ends, status_words* status) {
     for (std::uint64_t b = grid_index(); b < bytes; b += grid_stride()) {
         const bool term = ends_varint(region[b]);
         if (term && rank[b] < count) ends[rank[b]] = b;
@@ -675,8 +676,8 @@ struct saturating_sum {
     }
 };
 
-__global__ void last_index_kernel(const std::uint64_t* positions, std::uint64_t count, std::uint64_t n,
-                                  status_words* status) {
+static __global__ void last_index_kernel(const std::uint64_t* positions, std::uint64_t count, std::uint64_t n,
+                                         status_words* status) {
     if (status->corrupt == corrupt_none && count != 0 && positions[count - 1] > n)
         atomicMax(&status->corrupt, corrupt_index);
 }
@@ -728,16 +729,16 @@ corrupt_code read_varints(cuda::device& dev, read_workspace& rw, const unsigned 
 }
 
 /// out[index] (+)= value for topk's entries: out[p - 1] = out[p - 1] + v_j with p = the scanned step.
-__global__ void scatter_values_kernel(float* out, const std::uint64_t* positions, const unsigned char* values,
-                                      std::uint64_t count) {
+static __global__ void scatter_values_kernel(float* out, const std::uint64_t* positions, const unsigned char* values,
+                                             std::uint64_t count) {
     for (std::uint64_t j = grid_index(); j < count; j += grid_stride()) {
         float& o = out[positions[j] - 1];
         o = hd::add(o, load_f32(values + 4 * j));
     }
 }
 /// The same for threshold's entries: +-tau.
-__global__ void scatter_signs_kernel(float* out, const std::uint64_t* positions, const unsigned char* negative,
-                                     std::uint64_t count, float tau) {
+static __global__ void scatter_signs_kernel(float* out, const std::uint64_t* positions, const unsigned char* negative,
+                                            std::uint64_t count, float tau) {
     for (std::uint64_t j = grid_index(); j < count; j += grid_stride()) {
         float& o = out[positions[j] - 1];
         o = hd::add(o, negative[j] != 0 ? -tau : tau);
