@@ -269,7 +269,7 @@ TEST_CASE("cuda::nccl: a dropped receive does not swallow a later message, befor
         if (comm.rank() == 0) {
             {
                 auto dropped = comm.irecv(std::span<int>(got), 1, 3);
-            }                                                          // before any message: withdrawn
+            }  // before any message: withdrawn
             comm.barrier();                                            // rank 1 sends A
             (void)comm.probe(1, 3);                                    // A announced
             { auto dropped = comm.irecv(std::span<int>(got), 1, 3); }  // matches A, then dropped: A lands apart

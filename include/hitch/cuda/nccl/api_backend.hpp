@@ -17,7 +17,6 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -26,7 +25,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -144,6 +142,7 @@ public:
 
     [[nodiscard]] nccl_state state() override {
         if (!failed_.empty()) return {nccl_state::failed, failed_};
+        if (closed_) return {nccl_state::ready, {}};
         if (pending_split_) {
             start_split();
             if (!failed_.empty()) return {nccl_state::failed, failed_};
@@ -237,14 +236,17 @@ public:
         pump();
         if (!queue_.empty() || !events_.empty() || !failed_.empty() || pending_split_) return false;
         activate();
-        // ncclInProgress while NCCL flushes its own work (ours is done): a bounded grace, then the caller aborts.
-        ncclResult_t r = ncclCommFinalize(comm_);
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (r == ncclInProgress && std::chrono::steady_clock::now() < until) {
-            std::this_thread::yield();
-            if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) break;
+        ncclResult_t r = ncclSuccess;
+        if (!finalizing_) {
+            r = ncclCommFinalize(comm_);  // ncclInProgress while NCCL flushes its own work (ours is done)
+            finalizing_ = true;
+        } else if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) {
+            return false;
         }
-        if (r != ncclSuccess) return false;
+        if (r != ncclSuccess) {
+            if (r != ncclInProgress) failed_ = "ncclCommFinalize: " + detail::nccl_text(r, comm_);
+            return false;
+        }
         ncclCommDestroy(comm_);
         comm_ = nullptr;
         closed_ = true;
@@ -433,6 +435,7 @@ private:
     bool known_ = false;
     bool nccl_pending_ = false;
     bool closed_ = false;
+    bool finalizing_ = false;
     std::string failed_;
 
     nccl_api_backend* parent_ = nullptr;

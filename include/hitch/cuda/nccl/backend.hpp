@@ -95,8 +95,9 @@ public:
 
     /// ncclCommAbort: stops the work in flight, fails what is queued, and makes the backend unusable. Idempotent.
     virtual void abort() noexcept = 0;
-    /// Gives back the communicator once its work is done (finalize and destroy); false when it cannot do that
-    /// without blocking right now (work still in flight), and then nothing changed.
+    /// Gives the communicator back once its work is done, without blocking: the first call with nothing in flight
+    /// starts NCCL's finalize; true once the communicator is destroyed, false while work is still in flight or
+    /// being flushed (call again). Nothing may be queued after the first call.
     [[nodiscard]] virtual bool close() = 0;
 
     /// ncclCommSplit: collective over this communicator's ranks; every rank calls it with its color (>= 0) and

@@ -12,7 +12,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -42,7 +42,8 @@ public:
     [[nodiscard]] virtual std::string_view bootstrap_name() const = 0;
     /// Starts sending `message` to rank `to`; never waits for the receiver. Returns a number for sent().
     virtual std::uint64_t send(int to, std::vector<std::byte> message) = 0;
-    /// True once the send numbered `id` has completed (the bootstrap communicator has taken its bytes).
+    /// True once the send numbered `id` has completed (the bootstrap communicator has taken its bytes), as of the
+    /// last poll().
     [[nodiscard]] virtual bool sent(std::uint64_t id) = 0;
     /// True when no send is still in flight.
     [[nodiscard]] virtual bool idle() = 0;
@@ -73,20 +74,13 @@ public:
     [[nodiscard]] std::string_view bootstrap_name() const override { return C::name; }
 
     std::uint64_t send(int to, std::vector<std::byte> message) override {
-        finish_sends();
-        outbox_.emplace_back();
-        auto& entry = outbox_.back();
-        entry.id = next_id_++;
+        const std::uint64_t id = next_id_++;
+        outgoing& entry = outbox_[id];
         entry.bytes = std::move(message);
         entry.request = comm_.isend(std::span<const std::byte>(entry.bytes), to, tag);
-        return entry.id;
+        return id;
     }
-    [[nodiscard]] bool sent(std::uint64_t id) override {
-        finish_sends();
-        for (const auto& entry : outbox_)
-            if (entry.id == id) return false;
-        return true;
-    }
+    [[nodiscard]] bool sent(std::uint64_t id) override { return outbox_.count(id) == 0; }
     [[nodiscard]] bool idle() override {
         finish_sends();
         return outbox_.empty();
@@ -110,18 +104,22 @@ private:
     static constexpr int tag = 1;
 
     struct outgoing {
-        std::uint64_t id = 0;
         std::vector<std::byte> bytes;
         typename C::request request;
     };
 
-    /// Drops the sends that completed (the rest keep their bytes alive).
+    /// Drops the sends that completed (the rest keep their bytes alive). Called once per poll.
     void finish_sends() {
-        outbox_.remove_if([](outgoing& entry) { return entry.request.test(); });
+        for (auto it = outbox_.begin(); it != outbox_.end();) {
+            if (it->second.request.test())
+                it = outbox_.erase(it);
+            else
+                ++it;
+        }
     }
 
     C comm_;
-    std::list<outgoing> outbox_;
+    std::map<std::uint64_t, outgoing> outbox_;  // by number: sent() looks one up
     std::uint64_t next_id_ = 1;
 };
 

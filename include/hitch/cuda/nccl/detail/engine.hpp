@@ -897,10 +897,10 @@ private:
                 for (auto op : std::vector<std::shared_ptr<nccl_op>>(posted_.begin(), posted_.end()))
                     withdraw_locked(op);
                 for (auto& [key, op] : std::map<pair_key, std::shared_ptr<nccl_op>>(announced_)) withdraw_locked(op);
-                const bool quiet = wait_until(lock, deadline(seconds_f(10.0)), [&] {
-                    return !aborted_.empty() || (flights_.empty() && slots_.empty());
+                const bool closed = wait_until(lock, deadline(seconds_f(10.0)), [&] {
+                    return !aborted_.empty() || (flights_.empty() && slots_.empty() && backend_->close());
                 });
-                if (aborted_.empty() && (!quiet || !backend_->close()))
+                if (aborted_.empty() && !closed)
                     abort_locked("the communicator was destroyed with work in flight", true);
             }
             family_->detach_locked(this);

@@ -1,0 +1,9 @@
+# hitch-bench-cuda-nccl: hitch's all-reduces over cuda::nccl (ring direct over NCCL, the other schedules staged,
+# native, automatic) against ncclAllReduce itself, one rank per GPU on threads (bench/cuda_nccl.cu). Needs NCCL.
+if(TARGET hitch::nccl)
+  add_executable(hitch-bench-cuda-nccl "${CMAKE_CURRENT_LIST_DIR}/cuda_nccl.cu")
+  target_link_libraries(hitch-bench-cuda-nccl PRIVATE hitch::nccl)
+  hitch_target_warnings(hitch-bench-cuda-nccl)
+else()
+  message(STATUS "hitch-bench-cuda-nccl skipped: needs CUDA and NCCL")
+endif()
