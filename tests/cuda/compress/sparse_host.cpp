@@ -533,3 +533,34 @@ TEST_CASE("gpu dgc: momentum correction, blocked norm and clipping factor are co
         }
     }
 }
+
+TEST_CASE("gpu non-finite checks refuse what the host codecs refuse", "[cuda][host][sparse]") {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max()}) {
+        for (std::size_t n : {std::size_t{1}, std::size_t{33}, (std::size_t{1} << 20) + 3}) {
+            auto v = hitch_test::gradients(n, 21);
+            v[n / 3] = bad;
+            const bool finite = std::isfinite(bad);
+            // The collecting passes flag a magnitude above the largest finite one (threshold, top-k).
+            bool flagged = false;
+            for (float x : v) flagged = flagged || sp::non_finite_bits(sp::magnitude_bits(x));
+            CHECK(flagged == !finite);
+            const hc::threshold threshold({.tau = 1e-3f});
+            auto ts = threshold.make_state(n);
+            std::vector<std::byte> m;
+            if (finite)
+                CHECK_NOTHROW(threshold.encode(tensor_view<const float>(v), ts, m));
+            else
+                CHECK_THROWS_AS(threshold.encode(tensor_view<const float>(v), ts, m), hc::non_finite_error);
+            // DGC's norm in the GPU's order is not finite exactly when the host's refuses the bucket.
+            const double norm2 = hc::detail::dgc_squared_norm(v.data(), n);
+            CHECK((norm2 <= 1.7976931348623157e308) == finite);
+            const hc::dgc dgc({.final_density = 0.01});
+            auto ds = dgc.make_state(n);
+            if (finite)
+                CHECK_NOTHROW(dgc.encode(tensor_view<const float>(v), ds, m));
+            else
+                CHECK_THROWS_AS(dgc.encode(tensor_view<const float>(v), ds, m), hc::non_finite_error);
+        }
+    }
+}
