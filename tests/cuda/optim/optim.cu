@@ -304,7 +304,6 @@ TEST_CASE("rebind points the fused step at new buffers", "[cuda][optim]") {
     dev.copy_from_host(moved.layers[1].params.data(), now.data(), now.size() * sizeof(float));
     gpu.rebind(1, moved.layers[1].params, moved.layers[1].grads);
     gm.layers[1] = moved.layers[1];
-    moved.dev = &dev;
     gradients(host, gm, 12, 1);
     cpu.step(0.1f);
     gpu.step(0.1f);
