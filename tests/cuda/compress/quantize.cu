@@ -111,3 +111,22 @@ TEST_CASE("error feedback and encode_ef of the quantisers are the host's", "[cud
     }
     check_refuses_host_memory(dev, hc::qsgd{});
 }
+
+TEST_CASE("the use docs/compression.md shows compiles and agrees with the host codec", "[cuda][compress]") {
+    gpu dev;
+    const std::size_t n = 5000;
+    const std::vector<float> values = gradients(n, 17);
+    const buffer<float> bucket = upload(dev, values);
+    buffer<float> sum(dev, n);
+    // docs/compression.md, "On the GPU":
+    hitch::compress::device_codec<hitch::compress::qsgd, hitch::cuda::device> codec(hitch::compress::qsgd{});
+    auto state = codec.make_state(dev, n);
+    hitch::cuda::compress::device_message message(dev);
+    codec.encode(dev, bucket.view().as_const(), state, message);
+    codec.decode_add(dev, message.view(), sum.view());
+    std::vector<std::byte> host = message.to_host();
+    // The host codec reads the same message into the same sum.
+    std::vector<float> expected(n, 0.0f);
+    hc::qsgd{}.decode_add(host, hitch::tensor_view<float>(expected.data(), n));
+    CHECK(same(download(dev, sum), expected));
+}

@@ -154,7 +154,7 @@ __global__ void qsgd_code_check_kernel(const unsigned char* stream, std::size_t 
     for (std::size_t t = cuda::detail::grid_index(); t < (n + 7) / 8; t += cuda::detail::grid_stride()) {
         const unsigned count = n - 8 * t < 8 ? static_cast<unsigned>(n - 8 * t) : 8u;
         for (unsigned j = 0; j < count; ++j)
-            if (code_invalid(code_from(stream + b * t, j * b, b), levels)) {
+            if (code_invalid(code_from(stream + b * t, std::size_t{j} * b, b), levels)) {
                 atomicMin(first, static_cast<unsigned long long>(8 * t + j));
                 break;
             }
@@ -169,7 +169,8 @@ __global__ void qsgd_decode_kernel(const unsigned char* norms, const unsigned ch
         const unsigned count = n - first < 8 ? static_cast<unsigned>(n - first) : 8u;
         const float unit = hd::div(load_f32(norms + 4 * (first / size)), static_cast<float>(levels));
         for (unsigned j = 0; j < count; ++j)
-            out[first + j] = store_float<Add, T>(out[first + j], code_value(code_from(stream + b * t, j * b, b), unit));
+            out[first + j] =
+                store_float<Add, T>(out[first + j], code_value(code_from(stream + b * t, std::size_t{j} * b, b), unit));
     }
 }
 
@@ -455,8 +456,7 @@ private:
                 if (i != none_bad) {
                     const std::size_t bit = i * b, lo = bit / 8, hi = (bit + b - 1) / 8;
                     const std::vector<std::byte> v = r.copy(stream.subspan(lo, hi - lo + 1));
-                    const std::uint32_t c = cd::code_from(reinterpret_cast<const unsigned char*>(v.data()),
-                                                          static_cast<unsigned>(bit % 8), b);
+                    const std::uint32_t c = cd::code_from(reinterpret_cast<const unsigned char*>(v.data()), bit % 8, b);
                     r.fail(hitch::detail::concat("code ", c, " of element ", i, " is not a level in [0, ", s,
                                                  "] with a sign"));
                 }

@@ -274,12 +274,13 @@ HITCH_HD_INLINE void pack_codes8(const std::uint32_t* codes, unsigned count, uns
     if (bits > 0) *out = static_cast<unsigned char>(acc);
 }
 
-/// The b-bit code that starts `bit` bits into `bytes` (which hold it whole): compress::detail::code_at.
-[[nodiscard]] HITCH_HD_INLINE std::uint32_t code_from(const unsigned char* bytes, unsigned bit, unsigned b) noexcept {
-    const unsigned last = (bit + b - 1) / 8;
+/// The b-bit code that starts `bit` bits into `bytes`: compress::detail::code_at with a bit offset (any size).
+[[nodiscard]] HITCH_HD_INLINE std::uint32_t code_from(const unsigned char* bytes, std::size_t bit,
+                                                      unsigned b) noexcept {
+    const std::size_t first = bit / 8, last = (bit + b - 1) / 8;
     std::uint32_t word = 0;
-    for (unsigned k = 0; k <= last; ++k) word |= static_cast<std::uint32_t>(bytes[k]) << (8 * k);
-    return (word >> bit) & ((1u << b) - 1u);
+    for (std::size_t k = first; k <= last; ++k) word |= static_cast<std::uint32_t>(bytes[k]) << (8 * (k - first));
+    return (word >> (bit % 8)) & ((1u << b) - 1u);
 }
 
 // ---- Elias-gamma lengths --------------------------------------------------------------------------------------------
