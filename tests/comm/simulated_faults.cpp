@@ -302,7 +302,7 @@ TEST_CASE("comm::simulated faults: heavy-tailed stalls repeat exactly and follow
     CHECK(trace.str().find("\"pid\":1") != std::string::npos);
 }
 
-TEST_CASE("comm::simulated: a second thread of a waiting rank is refused, and measured compute is scaled",
+TEST_CASE("comm::simulated: a system thread acting for a rank is refused, and measured compute is scaled",
           "[comm][simulated]") {
     const auto report = simulate(2, net, [](simulated& comm) {
         if (comm.rank() == 1) {
@@ -316,7 +316,8 @@ TEST_CASE("comm::simulated: a second thread of a waiting rank is refused, and me
         int x = 0;
         auto r = comm.irecv(std::span<int>(&x, 1), 1, 0);
         std::string refused;
-        // The helper calls in while this thread waits (rank 1 holds the turn), so its send finds rank 0 waiting.
+        // A system thread calls in while this rank waits (rank 1 holds the turn): only the simulation's own threads
+        // (start_thread) may act for a rank.
         std::thread helper([&] {
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
             try {
@@ -327,7 +328,7 @@ TEST_CASE("comm::simulated: a second thread of a waiting rank is refused, and me
         });
         r.wait();
         helper.join();
-        expect(refused.find("one thread at a time") != std::string::npos, "refused: " + refused);
+        expect(refused.find("start_thread") != std::string::npos, "refused: " + refused);
         // About 20 ms of wall time, scaled by 0.5.
         const double before = comm.virtual_time().count();
         comm.compute_measured([] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }, 0.5);

@@ -1,5 +1,5 @@
 #pragma once
-// hitch::comm::simulated: a cluster simulated in one process. Ranks are threads, each with a virtual clock; a message
+// hitch::comm::simulated: a cluster simulated in one process. Ranks are fibers, each with a virtual clock; a message
 // of n bytes from rank a to rank b arrives at max(sent, route free) + alpha + n beta of the links on its route
 // (simulated_network: a single switch, a two-level fat tree, or machines of g ranks with a fast fabric and one nic),
 // links are full duplex and messages that share one serialize on it. A receive completes at max(receiver's clock,
@@ -10,13 +10,18 @@
 //   auto net = hitch::comm::simulated_network::single_switch({5e-6, 12.5e9});
 //   hitch::comm::run_simulated(64, net, [](hitch::comm::simulated& comm) { comm.compute(hitch::seconds_f(0.1)); });
 //
-// Ranks run one at a time (detail/simulated_engine.hpp); a rank's communicator is used by one thread at a time.
+// Ranks run one at a time, each on a fiber (detail/simulated_engine.hpp, simulated_fiber.hpp), so a simulation of
+// 1,024 ranks needs no more system threads than one of two. A rank that overlaps its computation with its
+// communication (data_parallel's exchange worker, a co-located parameter server) starts its extra threads with
+// start_thread(): each has its own virtual clock, and they wait for each other on simulated::condition_variable.
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -24,7 +29,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -72,20 +76,19 @@ public:
         /// True once complete at the rank's virtual time; throws comm_error if the receive failed (size mismatch).
         bool test() {
             if (!op_) return true;
-            std::unique_lock lock(world_->m);
             const int me = op_->owner;
-            detail::sim_rank& r = world_->rank(me);
-            world_->check_alive(me);
-            if (!complete(r)) {
-                if (++r.failed_polls < polls_before_waiting) return false;
-                r.failed_polls = 0;
-                const detail::poll_waiter w(r, *world_->boxes[static_cast<std::size_t>(me)]);
-                world_->block(me, w, r.now() + to_vtime(timeout_.count()), lock, "poll", op_->peer);
-                world_->check_alive(me);
-                if (!complete(r)) return false;
+            detail::sim_process& t = world_->caller(me);
+            world_->check_alive(t);
+            if (!complete(t)) {
+                if (++t.failed_polls < polls_before_waiting) return false;
+                t.failed_polls = 0;
+                const detail::poll_waiter w(t, world_->rank(me), *world_->boxes[static_cast<std::size_t>(me)]);
+                world_->block(t, w, t.now + to_vtime(timeout_.count()), "poll", op_->peer);
+                world_->check_alive(t);
+                if (!complete(t)) return false;
             }
             // Only news counts as progress: a test that sees a completion again is no reason to keep polling.
-            if (!op_->observed) r.failed_polls = 0;
+            if (!op_->observed) t.failed_polls = 0;
             op_->observed = true;
             return finish();
         }
@@ -98,26 +101,25 @@ public:
         /// time from now in virtual time). Throws timeout_error naming the operation, peer and tag when it passes.
         void wait(const deadline& limit) {
             if (!op_) return;
-            std::unique_lock lock(world_->m);
             const int me = op_->owner;
-            detail::sim_rank& r = world_->rank(me);
-            world_->check_alive(me);
-            r.failed_polls = 0;
-            if (complete(r)) {
+            detail::sim_process& t = world_->caller(me);
+            const detail::sim_rank& r = world_->rank(me);
+            world_->check_alive(t);
+            t.failed_polls = 0;
+            if (complete(t)) {
                 finish();
                 return;
             }
-            const vtime start = r.now();
+            const vtime start = t.now;
             const detail::op_waiter w(*op_);
-            world_->block(me, w, detail::virtual_deadline(limit, r), lock, "wait", op_->peer);
-            if (complete(r)) {
+            world_->block(t, w, detail::virtual_deadline(limit, r, t.now), "wait", op_->peer);
+            if (complete(t)) {
                 finish();
                 return;
             }
-            world_->check_alive(me);
+            world_->check_alive(t);
             world_->cancel(op_);
-            const seconds_f waited =
-                limit.source() == &r.clock ? limit.waited() : seconds_f(to_seconds(r.now() - start));
+            const seconds_f waited = limit.source() == &r.clock ? limit.waited() : seconds_f(to_seconds(t.now - start));
             throw timeout_error(operation(), where(), waited);
         }
         /// Source, tag and byte count of a completed receive (of a send: its destination, tag and size).
@@ -133,12 +135,12 @@ public:
         request(std::shared_ptr<detail::sim_op> op, std::shared_ptr<detail::sim_world> world, seconds_f timeout)
             : op_(std::move(op)), world_(std::move(world)), timeout_(timeout) {}
 
-        [[nodiscard]] bool complete(const detail::sim_rank& r) const {
+        [[nodiscard]] bool complete(const detail::sim_process& t) const {
             return op_->state != detail::sim_state::pending && op_->state != detail::sim_state::cancelled &&
-                   op_->done_at <= r.now();
+                   op_->done_at <= t.now;
         }
         bool finish() {
-            detail::sim_world::detach(*op_);
+            world_->detach(*op_);
             if (op_->state == detail::sim_state::failed) throw comm_error(op_->error_text);
             return true;
         }
@@ -153,8 +155,10 @@ public:
         }
         void cancel_if_pending() noexcept {
             if (!op_ || !world_) return;
-            std::lock_guard lock(world_->m);
-            detail::sim_world::detach(*op_);
+            // Only a thread of the simulation touches its state (the world has no lock: one thread runs at a time).
+            const detail::sim_process* t = detail::running_process();
+            if (t == nullptr || t->world != world_.get()) return;
+            world_->detach(*op_);
             world_->cancel(op_);
         }
 
@@ -182,30 +186,33 @@ public:
     static constexpr bool shares_address_space = false;
     /// The machines of the network model (each rank its own, or ranks_per_node to a machine).
     [[nodiscard]] hitch::node_layout node_layout() const { return world_->links.layout_of(*members_); }
-    /// This rank's virtual time, as a clock_source (deadline_for(comm, t) measures virtual time).
+    /// This rank's virtual time, as a clock_source (deadline_for(comm, t) measures virtual time): the time of the
+    /// rank's thread that calls.
     [[nodiscard]] const clock_source& clock() const noexcept { return me().clock; }
-    /// This rank's virtual time.
-    [[nodiscard]] seconds_f virtual_time() const noexcept { return seconds_f(to_seconds(me().now())); }
+    /// This rank's virtual time (of the calling thread of the rank).
+    [[nodiscard]] seconds_f virtual_time() const noexcept {
+        return seconds_f(to_seconds(me().clock.ps.load(std::memory_order_relaxed)));
+    }
     /// This rank's index in the world the communicator was split from.
     [[nodiscard]] int world_rank() const noexcept { return (*members_)[static_cast<std::size_t>(rank_)]; }
 
     /// Spends `t` of computation: the clock moves by t (times the rank's slow factor, plus any injected stall).
     void compute(seconds_f t) {
         option_validator("hitch::comm::simulated::compute").closed("seconds", t.count(), 0.0, 1e9);
-        std::unique_lock lock(world_->m);
         const int w = world_rank();
-        detail::sim_rank& r = me();
-        world_->check_alive(w);
-        r.failed_polls = 0;
-        const vtime from = r.now();
+        detail::sim_process& me = world_->caller(w);
+        detail::sim_rank& r = world_->rank(w);
+        world_->check_alive(me);
+        me.failed_polls = 0;
+        const vtime from = me.now;
         const vtime dt = to_vtime(t.count() * r.slow) + world_->stall_after_compute(w);
         const vtime to = std::min(from + dt, r.dies_at);
         r.busy += to - from;
-        r.set_now(to);
+        world_->set_now(me, to);
         if (world_->options.record_timeline && to > from)
-            r.timeline.push_back({"compute", to_seconds(from), to_seconds(to), -1});
-        world_->check_alive(w);
-        world_->yield(w, lock);
+            r.timeline.push_back({"compute", to_seconds(from), to_seconds(to), -1, me.thread});
+        world_->check_alive(me);
+        world_->yield(me);
     }
 
     /// Runs f() and spends its wall time times `scale` as compute: a step measured on this machine and scaled to
@@ -222,16 +229,22 @@ public:
     /// outside the model. Not compute: a slow rank is not slower at it.
     void advance_to(seconds_f t) {
         option_validator("hitch::comm::simulated::advance_to").closed("seconds", t.count(), 0.0, 1e9);
-        std::unique_lock lock(world_->m);
-        const int w = world_rank();
-        detail::sim_rank& r = me();
-        world_->check_alive(w);
+        detail::sim_process& me = world_->caller(world_rank());
+        world_->check_alive(me);
         const vtime at = to_vtime(t.count());
-        if (at <= r.now()) return;
+        if (at <= me.now) return;
         const detail::fixed_time_waiter waiter(at);
-        world_->block(w, waiter, at, lock, "idle");
-        world_->check_alive(w);
+        world_->block(me, waiter, at, "idle");
+        world_->check_alive(me);
     }
+
+    class thread;
+    class condition_variable;
+    /// Starts `f` as another thread of this rank, from this thread's virtual time on: its computation overlaps the
+    /// rank's other threads' in virtual time (a trainer's exchange worker, a co-located server). The threads of a
+    /// rank share its network port and its faults; they wait for each other on simulated::condition_variable. A
+    /// system thread (std::thread) cannot act for a simulated rank: the simulation runs its threads itself.
+    [[nodiscard]] thread start_thread(std::function<void()> f);
 
     template <element_type T>
     [[nodiscard]] request isend(std::span<const T> data, int peer, int tag) {
@@ -266,11 +279,10 @@ public:
     [[nodiscard]] message_info probe(int peer, int tag) {
         check_peer(peer, true, "probe");
         check_tag(tag, "probe");
-        std::unique_lock lock(world_->m);
         const int w = world_rank();
-        detail::sim_rank& r = me();
-        world_->check_alive(w);
-        const deadline limit(timeout_, r.clock);
+        detail::sim_process& me = world_->caller(w);
+        world_->check_alive(me);
+        const deadline limit(timeout_, world_->rank(w).clock);
         struct arrival_waiter final : detail::sim_waiter {
             const simulated& c;
             int peer, tag;
@@ -280,10 +292,10 @@ public:
                 return s != nullptr ? s->arrival : vtime_never;
             }
         } waiter(*this, peer, tag);
-        world_->block(w, waiter, detail::virtual_deadline(limit, r), lock, "probe", peer);
-        if (const detail::sim_op* s = first_arrival(peer, tag); s != nullptr && s->arrival <= r.now())
+        world_->block(me, waiter, detail::virtual_deadline(limit, world_->rank(w), me.now), "probe", peer);
+        if (const detail::sim_op* s = first_arrival(peer, tag); s != nullptr && s->arrival <= me.now)
             return {s->source, s->tag, s->bytes};
-        world_->check_alive(w);
+        world_->check_alive(me);
         throw timeout_error(
             "comm::simulated probe",
             detail::concat("from ", peer == any_source ? std::string("any rank") : detail::concat("rank ", peer),
@@ -294,21 +306,20 @@ public:
     [[nodiscard]] std::optional<message_info> iprobe(int peer, int tag) {
         check_peer(peer, true, "iprobe");
         check_tag(tag, "iprobe");
-        std::unique_lock lock(world_->m);
         const int w = world_rank();
-        detail::sim_rank& r = me();
-        world_->check_alive(w);
+        detail::sim_process& me = world_->caller(w);
+        world_->check_alive(me);
         const auto found = [&]() -> std::optional<message_info> {
             const detail::sim_op* s = first_arrival(peer, tag);
-            if (s != nullptr && s->arrival <= r.now()) return message_info{s->source, s->tag, s->bytes};
+            if (s != nullptr && s->arrival <= me.now) return message_info{s->source, s->tag, s->bytes};
             return std::nullopt;
         };
         if (auto m = found()) return m;
-        if (++r.failed_polls < polls_before_waiting) return std::nullopt;
-        r.failed_polls = 0;
-        const detail::poll_waiter waiter(r, *world_->boxes[static_cast<std::size_t>(w)]);
-        world_->block(w, waiter, r.now() + to_vtime(timeout_.count()), lock, "poll", peer);
-        world_->check_alive(w);
+        if (++me.failed_polls < polls_before_waiting) return std::nullopt;
+        me.failed_polls = 0;
+        const detail::poll_waiter waiter(me, world_->rank(w), *world_->boxes[static_cast<std::size_t>(w)]);
+        world_->block(me, waiter, me.now + to_vtime(timeout_.count()), "poll", peer);
+        world_->check_alive(me);
         return found();
     }
 
@@ -363,11 +374,7 @@ public:
             members->push_back((*members_)[static_cast<std::size_t>(group[i])]);
             if (group[i] == rank_) new_rank = static_cast<int>(i);
         }
-        std::uint64_t ctx = 0;
-        {
-            std::lock_guard lock(world_->m);
-            ctx = world_->context_for(context_, sequence, color);
-        }
+        const std::uint64_t ctx = world_->context_for(context_, sequence, color);
         return simulated(world_, std::move(members), ctx, new_rank, timeout_);
     }
 
@@ -424,13 +431,10 @@ private:
         check_peer(peer, false, "isend");
         check_tag(tag, "isend");
         auto op = make_op(detail::sim_kind::send, type, peer, tag, context, data.size());
-        {
-            std::lock_guard lock(world_->m);
-            world_->check_alive(world_rank());
-            me().failed_polls = 0;
-            world_->require_turn(world_rank());
-            world_->post_send(world_rank(), world_of(peer), op, data);
-        }
+        detail::sim_process& me = world_->caller(world_rank());
+        world_->check_alive(me);
+        me.failed_polls = 0;
+        world_->post_send(me, world_of(peer), op, data);
         return request(std::move(op), world_, timeout_);
     }
     request post_recv(std::span<std::byte> data, dtype type, int peer, int tag, std::uint64_t context) {
@@ -438,13 +442,10 @@ private:
         check_tag(tag, "irecv");
         auto op = make_op(detail::sim_kind::recv, type, peer, tag, context, data.size());
         op->into = data.data();
-        {
-            std::lock_guard lock(world_->m);
-            world_->check_alive(world_rank());
-            me().failed_polls = 0;
-            world_->require_turn(world_rank());
-            world_->post_recv(world_rank(), op);
-        }
+        detail::sim_process& me = world_->caller(world_rank());
+        world_->check_alive(me);
+        me.failed_polls = 0;
+        world_->post_recv(me, op);
         return request(std::move(op), world_, timeout_);
     }
 
@@ -456,6 +457,118 @@ private:
     std::uint64_t splits_ = 0;
     std::uint64_t barriers_ = 0;
 };
+
+/// A thread of a simulated rank (simulated::start_thread). join() waits in virtual time; destroying a joinable
+/// thread joins it (a rank cannot leave a thread of its own running behind it), and forgets what escaped it.
+class simulated::thread {
+public:
+    thread() = default;
+    thread(const thread&) = delete;
+    thread& operator=(const thread&) = delete;
+    thread(thread&& o) noexcept : world_(std::move(o.world_)), target_(std::exchange(o.target_, nullptr)) {}
+    thread& operator=(thread&& o) noexcept {
+        if (this != &o) {
+            join_quietly();
+            world_ = std::move(o.world_);
+            target_ = std::exchange(o.target_, nullptr);
+        }
+        return *this;
+    }
+    ~thread() { join_quietly(); }
+
+    [[nodiscard]] bool joinable() const noexcept { return target_ != nullptr; }
+    /// Waits until the thread has ended, in virtual time, and rethrows what escaped it. A wait that nothing can end
+    /// (every thread of the simulation waits without a deadline) is comm_error.
+    void join() {
+        if (target_ == nullptr) throw config_error("hitch::comm::simulated::thread::join: the thread is not joinable");
+        detail::sim_process& target = *std::exchange(target_, nullptr);
+        if (target.status != detail::sim_process::finished) {
+            detail::sim_process& me = world_->caller(target.rank);
+            if (&me == &target) throw config_error("hitch::comm::simulated::thread::join: a thread joins itself");
+            const detail::join_waiter w(target);
+            while (target.status != detail::sim_process::finished) {
+                world_->block(me, w, vtime_never, "join");
+                if (target.status != detail::sim_process::finished && me.stuck)
+                    throw comm_error(detail::concat("hitch::comm::simulated: rank ", me.rank, "'s thread ", me.thread,
+                                                    " joins its thread ", target.thread,
+                                                    ", which never ends: every thread of the simulation waits and "
+                                                    "none has a deadline"));
+            }
+        }
+        if (target.error) std::rethrow_exception(target.error);
+    }
+
+private:
+    friend class simulated;
+    void join_quietly() noexcept {
+        if (target_ == nullptr) return;
+        try {
+            join();
+        } catch (...) {  // a destructor does not throw; join() is where a thread's error is seen
+        }
+    }
+    std::shared_ptr<detail::sim_world> world_;
+    detail::sim_process* target_ = nullptr;
+};
+
+/// What the threads of a simulated rank wait for each other on, as std::condition_variable between system threads:
+/// a wait ends at the virtual time of the notify that ends it (or at the waiter's own time, if that is later).
+/// Only the threads of a simulation may wait; a wait that nothing can end is comm_error.
+class simulated::condition_variable {
+public:
+    condition_variable() = default;
+    condition_variable(const condition_variable&) = delete;
+    condition_variable& operator=(const condition_variable&) = delete;
+
+    void notify_one() noexcept { notify(1); }
+    void notify_all() noexcept { notify(waiting_.size()); }
+
+    void wait(std::unique_lock<std::mutex>& lock) {
+        detail::sim_process* me = detail::running_process();
+        if (me == nullptr)
+            throw comm_error(
+                "hitch::comm::simulated::condition_variable::wait: called from a system thread the simulation did "
+                "not start");
+        me->notified_at = vtime_never;
+        waiting_.push_back(me);
+        const detail::notify_waiter w(*me);
+        lock.unlock();
+        me->world->block(*me, w, vtime_never, "idle");
+        lock.lock();
+        if (me->notified_at != vtime_never) return;
+        waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), me), waiting_.end());
+        if (me->stuck)
+            throw comm_error(detail::concat("hitch::comm::simulated: rank ", me->rank, "'s thread ", me->thread,
+                                            " waits on a condition variable nobody will notify: every thread of the "
+                                            "simulation waits and none has a deadline"));
+    }
+    template <class Predicate>
+    void wait(std::unique_lock<std::mutex>& lock, Predicate ready) {
+        while (!ready()) wait(lock);
+    }
+
+private:
+    void notify(std::size_t n) noexcept {
+        const detail::sim_process* by = detail::running_process();
+        for (std::size_t i = 0; i < n && !waiting_.empty(); ++i) {
+            detail::sim_process* t = waiting_.front();
+            waiting_.pop_front();
+            t->notified_at = by != nullptr ? by->now : t->now;
+            t->world->touch(*t);
+        }
+    }
+    std::deque<detail::sim_process*> waiting_;
+};
+
+inline simulated::thread simulated::start_thread(std::function<void()> f) {
+    if (!f) throw config_error("hitch::comm::simulated::start_thread: the function is empty");
+    detail::sim_process& me = world_->caller(world_rank());
+    world_->check_alive(me);
+    thread t;
+    t.world_ = world_;
+    t.target_ = &world_->add_thread(world_rank(), me.now, std::move(f));
+    return t;
+}
 
 static_assert(communicator<simulated>, "hitch::comm::simulated must model hitch::communicator");
 static_assert(has_clock<simulated> && has_node_layout<simulated> && !shares_address_space<simulated>,

@@ -23,10 +23,15 @@
 
 #include <chrono>
 #include <concepts>
+#include <condition_variable>
 #include <cstddef>
+#include <functional>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 
 #include "hitch/core/deadline.hpp"
 #include "hitch/core/dtype.hpp"
@@ -209,6 +214,34 @@ template <class C>
     else
         return std::chrono::steady_clock::now();
 }
+
+/// A communicator that runs a rank's extra threads itself, on its own time: `c.start_thread(f)` runs f() as another
+/// thread of this rank and returns a `C::thread` (joinable(), join()), and those threads wait for each other on a
+/// `C::condition_variable` (wait(std::unique_lock<std::mutex>&, pred), notify_one(), notify_all()). comm::simulated
+/// does: a rank's exchange worker must overlap its computation in virtual time, which a system thread cannot. Code
+/// that starts a thread for a rank (data_parallel's exchange worker, a co-located parameter server) goes through
+/// rank_threads<C>.
+template <class C>
+concept starts_rank_threads = requires(C& c, std::function<void()> f) {
+    typename C::thread;
+    typename C::condition_variable;
+    { c.start_thread(std::move(f)) } -> std::same_as<typename C::thread>;
+};
+
+/// The threads of a rank of C: the communicator's own where it starts them (starts_rank_threads), else system
+/// threads.
+template <class C>
+struct rank_threads {
+    using thread = std::thread;
+    using condition_variable = std::condition_variable;
+    [[nodiscard]] static thread start(C&, std::function<void()> f) { return std::thread(std::move(f)); }
+};
+template <starts_rank_threads C>
+struct rank_threads<C> {
+    using thread = typename C::thread;
+    using condition_variable = typename C::condition_variable;
+    [[nodiscard]] static thread start(C& c, std::function<void()> f) { return c.start_thread(std::move(f)); }
+};
 
 /// Returns true when C models communicator; otherwise fails to compile with one sentence naming the first
 /// requirement C misses and what to write. Use it where a user's communicator first meets hitch:

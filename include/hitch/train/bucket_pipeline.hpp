@@ -2,7 +2,9 @@
 // The order in which a step's gradient buckets are exchanged, and the worker thread that exchanges them while
 // backward goes on. Buckets are launched in plan order (bucket k only after buckets < k, so every rank runs the
 // same collectives in the same order); with a worker they run there, one at a time, else inline when the step
-// finishes. The first error the worker meets is rethrown on the training thread by finish().
+// finishes. The first error the worker meets is rethrown on the training thread by finish(). The worker is a thread of
+// the rank as its communicator C runs them (rank_threads<C>: a system thread, or a simulated cluster's own thread,
+// whose exchanges then overlap the rank's computation in virtual time).
 
 #include <condition_variable>
 #include <cstddef>
@@ -13,8 +15,11 @@
 #include <thread>
 #include <utility>
 
+#include "hitch/concepts/communicator.hpp"
+
 namespace hitch::train::detail {
 
+template <communicator C>
 class bucket_pipeline {
 public:
     /// `run(b)` exchanges bucket b; it runs on the worker once start() was called, else on the training thread.
@@ -31,9 +36,10 @@ public:
         if (worker_.joinable()) worker_.join();
     }
 
-    /// Starts the worker thread; until then (or without it) buckets run inline in finish().
-    void start() {
-        worker_ = std::thread([this] { worker_loop(); });
+    /// Starts the worker thread, a thread of the rank of `comm`; until then (or without it) buckets run inline in
+    /// finish().
+    void start(C& comm) {
+        worker_ = rank_threads<C>::start(comm, [this] { worker_loop(); });
     }
 
     [[nodiscard]] bool threaded() const noexcept { return worker_.joinable(); }
@@ -105,10 +111,10 @@ private:
     }
 
     std::function<void(std::size_t)> run_;
-    std::thread worker_;
+    typename rank_threads<C>::thread worker_;
     std::mutex m_;
-    std::condition_variable cv_;       // the worker: a bucket was queued, or stop
-    std::condition_variable done_cv_;  // the training thread: a bucket finished
+    typename rank_threads<C>::condition_variable cv_;       // the worker: a bucket was queued, or stop
+    typename rank_threads<C>::condition_variable done_cv_;  // the training thread: a bucket finished
     std::deque<std::size_t> queue_;
     bool stop_ = false;
     std::size_t launched_ = 0;     // buckets launched this step (written by the training thread only)

@@ -124,7 +124,7 @@ public:
             if constexpr (shares_address_space<C>)
                 shared_ = train::detail::shared_parameters::share(control_, layers32(), 1);
         }
-        if (options_.overlap && P::exchanges_gradients) pipeline_.start();
+        if (options_.overlap && P::exchanges_gradients) pipeline_.start(control_);
         server_.start(comm, dev, layers32(), options_.optimizer, options_.compressor, policy_, options_.execution);
         if (server_.active()) weights_.write_back();
         waited_until_last_step_ = group_.waited();
@@ -570,7 +570,7 @@ private:
     std::optional<std::chrono::steady_clock::time_point> first_step_;
 
     server_link<P, O, X, C, D> server_;  // after what it uses (the master layers): destroyed before them
-    bucket_pipeline pipeline_;           // last: destroyed first, so its worker stops before what it uses goes
+    bucket_pipeline<C> pipeline_;        // last: destroyed first, so its worker stops before what it uses goes
 };
 
 }  // namespace train::detail

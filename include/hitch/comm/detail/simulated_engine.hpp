@@ -1,11 +1,13 @@
 #pragma once
-// The engine under comm::simulated: a conservative discrete-event simulation whose processes are threads. Exactly
-// one rank runs at a time, always the one with the earliest virtual time (ties to the lower rank), so every
-// message is posted, and reserves its links, in virtual-time order: contention, matching and every virtual time
-// come out the same on every run, whatever the machine's load. A rank gives up its turn when it blocks (its wake
-// time is when what it waits for completes, or its deadline) or when its clock moves past another rank's.
-// When every rank waits on a message nobody will send, the earliest deadline wins: a hang becomes a timeout in
-// virtual time within milliseconds of wall time.
+// The engine under comm::simulated: a conservative discrete-event simulation whose processes are the simulated
+// threads of the ranks (each rank has one, plus those it starts with simulated::start_thread), every one with its
+// own virtual clock and running on a fiber (simulated_fiber.hpp) of the thread that called simulate(). Exactly one
+// runs at a time, always the one with the earliest virtual time (ties to the lower rank, then to the thread started
+// first), so every message is posted, and reserves its links, in virtual-time order: contention, matching and every
+// virtual time come out the same on every run, whatever the machine's load. A thread gives up its turn when it
+// blocks (its wake time is when what it waits for completes, or its deadline) or when its clock moves past another
+// thread's. When every thread waits on a message nobody will send, the earliest deadline wins: a hang becomes a
+// timeout in virtual time within milliseconds of wall time.
 
 #include <algorithm>
 #include <atomic>
@@ -16,17 +18,18 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <semaphore>
 #include <set>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "hitch/comm/detail/simulated_fiber.hpp"
 #include "hitch/comm/detail/simulated_network.hpp"
 #include "hitch/concepts/communicator.hpp"
 #include "hitch/core/clock.hpp"
@@ -45,10 +48,11 @@ public:
 
 /// A span of one rank's virtual time, for a timeline (simulated_options::record_timeline).
 struct simulated_event {
-    const char* name = "";  // compute, wait, poll, probe or idle
+    const char* name = "";  // compute, wait, poll, probe, idle, join or notified
     double begin_s = 0;
     double end_s = 0;
-    int peer = -1;  // the rank waited for, where one is
+    int peer = -1;   // the rank waited for, where one is
+    int thread = 0;  // the rank's thread: 0 its own, then those it started, in order
 };
 
 struct simulated_options {
@@ -57,9 +61,17 @@ struct simulated_options {
     simulated_faults faults{};
     /// Keep every compute and wait span of every rank (simulation_report, write_chrome_trace).
     bool record_timeline = false;
+    /// False: messages carry sizes and times only, no bytes (a receive leaves its buffer as it was). For timing
+    /// studies too large for real data: every rank may then work in one buffer shared by all (their results are
+    /// meaningless; virtual times are the same as with data, unless a codec's message sizes depend on the values).
+    bool carry_data = true;
+    /// Stack of each simulated thread (reserved address space; memory is used only as deep as a thread goes).
+    std::size_t stack_bytes = std::size_t{4} << 20;
 
     void validate(int ranks) const {
-        option_validator("hitch::comm::simulated_options").open_closed("timeout_s", timeout_s, 0.0, 1e9);
+        option_validator("hitch::comm::simulated_options")
+            .open_closed("timeout_s", timeout_s, 0.0, 1e9)
+            .closed("stack_bytes", stack_bytes, std::size_t{64} << 10, std::size_t{1} << 30);
         faults.validate(ranks);
     }
 };
@@ -103,7 +115,8 @@ struct sim_mailbox {
            (recv.source == any_source || recv.source == send.source);
 }
 
-/// A rank's virtual time as a clock_source, so deadline_for(comm, t) measures virtual time.
+/// A rank's virtual time as a clock_source, so deadline_for(comm, t) measures virtual time: the time of the rank's
+/// thread that runs (or ran last).
 class virtual_clock final : public clock_source {
 public:
     [[nodiscard]] time_point now() const noexcept override {
@@ -112,37 +125,62 @@ public:
     std::atomic<vtime> ps{0};
 };
 
-/// What a blocked rank waits for: the virtual time at which it holds (vtime_never while unknown).
+/// What a blocked thread waits for: the virtual time at which it holds (vtime_never while unknown).
 struct sim_waiter {
     virtual ~sim_waiter() = default;
     [[nodiscard]] virtual vtime ready_at() const = 0;
+    /// Whether the rank's death ends the wait (a message); waits between a rank's own threads go on, so a dying
+    /// rank's threads can wind down.
+    [[nodiscard]] virtual bool ends_at_death() const { return true; }
 };
 
-struct sim_rank {
+struct sim_world;
+
+/// One simulated thread: a rank's own, or one it started. Runs on a fiber of the driving system thread.
+struct sim_process {
     enum status_t : std::uint8_t { ready, running, blocked, finished };
-    virtual_clock clock;
-    std::binary_semaphore go{0};
+    sim_world* world = nullptr;
+    int id = 0;      // the turn order's tie-break: ranks' own threads are 0 .. p-1, started ones follow in order
+    int rank = 0;    // world rank
+    int thread = 0;  // 0: the rank's own; then the threads it started, in order
+    vtime now = 0;
     status_t status = ready;
     const sim_waiter* waiting = nullptr;
     vtime wait_deadline = vtime_never;
+    bool stuck = false;               // woken with nothing to wait for: every thread waits without a deadline
+    vtime notified_at = vtime_never;  // a condition variable's notify reached it (simulated::condition_variable)
+    int failed_polls = 0;
+    vtime finished_at = vtime_never;
+    std::function<void()> body;
+    std::exception_ptr error;  // a started thread's escaped exception, for join()
+    std::unique_ptr<fiber> context;
+};
+
+/// The simulated thread running on this system thread (null outside a simulation, and on other system threads).
+[[nodiscard]] inline sim_process*& running_process() noexcept {
+    thread_local sim_process* running = nullptr;
+    return running;
+}
+
+struct sim_rank {
+    virtual_clock clock;
     vtime dies_at = vtime_never;
     double slow = 1.0;
-    int failed_polls = 0;
+    std::vector<sim_process*> threads;          // the rank's own first
     std::vector<std::shared_ptr<sim_op>> live;  // ops this rank posted that may not have completed
     vtime busy = 0, idle = 0;
     std::uint64_t bytes_sent = 0, messages_sent = 0, bytes_received = 0, messages_received = 0;
     std::exception_ptr error;
     std::string error_text;
     vtime error_at = 0;
+    vtime finished_at = 0;
     bool died = false;
     std::uint64_t compute_calls = 0;
     std::vector<simulated_event> timeline;
-
-    [[nodiscard]] vtime now() const noexcept { return clock.ps.load(std::memory_order_relaxed); }
-    void set_now(vtime t) noexcept { clock.ps.store(t, std::memory_order_relaxed); }
 };
 
-/// Everything the ranks of one simulated world share, guarded by one mutex; only the rank whose turn it is runs.
+/// Everything the ranks of one simulated world share. Only the thread whose turn it is runs, so nothing here is
+/// locked: a system thread the simulation did not start is refused at the door (sim_world::caller).
 struct sim_world {
     sim_world(int n, const simulated_network& network, const simulated_options& o)
         : size(n), options(o), net(network), links(network, n, o.faults) {
@@ -154,28 +192,26 @@ struct sim_world {
             ranks[static_cast<std::size_t>(d.rank)]->dies_at =
                 std::min(ranks[static_cast<std::size_t>(d.rank)]->dies_at, to_vtime(d.at_s));
         for (const auto& s : o.faults.slow) ranks[static_cast<std::size_t>(s.rank)]->slow *= s.factor;
-        queued_key.assign(static_cast<std::size_t>(n), -1);
-        is_dirty.assign(static_cast<std::size_t>(n), 0);
-        for (int r = 0; r < n; ++r) touch(r);
     }
 
-    std::mutex m;
     int size;
     simulated_options options;
     simulated_network net;
     simulated_links links;
-    std::vector<std::unique_ptr<sim_rank>> ranks;      // by world rank
-    std::vector<std::unique_ptr<sim_mailbox>> boxes;   // by world rank
-    std::map<std::pair<int, int>, int> pair_messages;  // (from, to) -> messages so far, for the faults
+    std::vector<std::unique_ptr<sim_rank>> ranks;       // by world rank
+    std::vector<std::unique_ptr<sim_mailbox>> boxes;    // by world rank
+    std::vector<std::unique_ptr<sim_process>> threads;  // by id
+    std::map<std::pair<int, int>, int> pair_messages;   // (from, to) -> messages so far, for the faults
     std::map<std::tuple<std::uint64_t, std::uint64_t, int>, std::uint64_t> split_contexts;
     std::uint64_t next_context = 2;  // 0 and 1 belong to the world communicator
-    // The turn order: (key, rank) of every rank that waits for its turn. A key changes only when something reaches
-    // the rank (a message for a receive it waits on, one in its mailbox) or its own state changes, so those ranks
-    // are marked dirty and re-keyed before the next pick instead of scanning every rank at every turn.
+    // The turn order: (key, id) of every thread that waits for its turn. A key changes only when something reaches
+    // the thread (a message for a receive it waits on, one in its mailbox, a notify) or its own state changes, so
+    // those threads are marked dirty and re-keyed before the next pick instead of scanning every thread each turn.
     std::set<std::pair<vtime, int>> queue;
-    std::vector<vtime> queued_key;  // the key a rank is queued under, -1 when not queued
+    std::vector<vtime> queued_key;  // the key a thread is queued under, -1 when not queued
     std::vector<char> is_dirty;
     std::vector<int> dirty;
+    fiber driver;  // the system thread's own context, which run() returns to when every thread has finished
 
     sim_rank& rank(int w) { return *ranks[static_cast<std::size_t>(w)]; }
 
@@ -185,80 +221,142 @@ struct sim_world {
         return it->second;
     }
 
-    // ---- the scheduler (mutex held) ----
+    // ---- threads ----
 
-    /// When rank w would next run: now if ready, else when its wait ends (what it waits for, its deadline, or its
-    /// death, whichever is first).
-    [[nodiscard]] vtime key_of(const sim_rank& r) const {
-        if (r.status != sim_rank::blocked) return r.now();
-        vtime k = std::min({r.waiting->ready_at(), r.wait_deadline, r.dies_at});
-        return std::max(k, r.now());
+    /// A new simulated thread of world rank `w` that runs `body` from virtual time `at`.
+    sim_process& add_thread(int w, vtime at, std::function<void()> body) {
+        auto t = std::make_unique<sim_process>();
+        t->world = this;
+        t->id = static_cast<int>(threads.size());
+        t->rank = w;
+        t->thread = static_cast<int>(rank(w).threads.size());
+        t->now = at;
+        t->body = std::move(body);
+        t->context = std::make_unique<fiber>(options.stack_bytes, &sim_world::enter, t.get());
+        sim_process& made = *t;
+        threads.push_back(std::move(t));
+        rank(w).threads.push_back(&made);
+        queued_key.push_back(-1);
+        is_dirty.push_back(0);
+        touch(made);
+        return made;
     }
-    /// Rank w's key may have changed.
-    void touch(int w) {
-        if (is_dirty[static_cast<std::size_t>(w)] != 0) return;
-        is_dirty[static_cast<std::size_t>(w)] = 1;
-        dirty.push_back(w);
+
+    /// The simulated thread calling in for world rank `w`; comm_error when the caller is none of the simulation's
+    /// threads (a system thread started by the rank's code) or a thread of another rank.
+    sim_process& caller(int w) {
+        sim_process* t = running_process();
+        if (t == nullptr || t->world != this)
+            throw comm_error(hitch::detail::concat(
+                "hitch::comm::simulated: rank ", w,
+                "'s communicator was used from a system thread the simulation did not start; a simulated rank's "
+                "extra threads must be started with its communicator's start_thread()"));
+        if (t->rank != w)
+            throw comm_error(hitch::detail::concat("hitch::comm::simulated: rank ", w,
+                                                   "'s communicator was used by a thread of rank ", t->rank));
+        return *t;
     }
-    void unqueue(int w) {
-        vtime& k = queued_key[static_cast<std::size_t>(w)];
-        if (k >= 0) queue.erase({k, w});
+
+    /// Runs every thread, from the calling system thread, until all have finished.
+    void run() {
+        sim_process* outer = running_process();  // a simulation inside a simulated thread
+        sim_process* first = pick();
+        if (first != nullptr) {
+            activate(*first);
+            fiber::switch_to(driver, *first->context);
+        }
+        running_process() = outer;
+    }
+
+    // ---- the scheduler ----
+
+    /// When thread t would next run: now if ready, else when its wait ends (what it waits for, its deadline, or its
+    /// rank's death, whichever is first).
+    [[nodiscard]] vtime key_of(const sim_process& t) const {
+        if (t.status != sim_process::blocked) return t.now;
+        const vtime death = t.waiting->ends_at_death() ? ranks[static_cast<std::size_t>(t.rank)]->dies_at : vtime_never;
+        const vtime k = std::min({t.waiting->ready_at(), t.wait_deadline, death});
+        return std::max(k, t.now);
+    }
+    /// Thread t's key may have changed.
+    void touch(const sim_process& t) {
+        const auto i = static_cast<std::size_t>(t.id);
+        if (is_dirty[i] != 0) return;
+        is_dirty[i] = 1;
+        dirty.push_back(t.id);
+    }
+    /// Every thread of rank w: a message reached it, or one of its threads ended.
+    void touch_rank(int w) {
+        for (const sim_process* t : rank(w).threads) touch(*t);
+    }
+    void unqueue(int id) {
+        vtime& k = queued_key[static_cast<std::size_t>(id)];
+        if (k >= 0) queue.erase({k, id});
         k = -1;
     }
-    /// The rank whose turn is next: the earliest key, ties to the lower rank; -1 when every rank has finished.
-    [[nodiscard]] int pick() {
-        for (int w : dirty) {
-            is_dirty[static_cast<std::size_t>(w)] = 0;
-            unqueue(w);
-            const sim_rank& r = rank(w);
-            if (r.status == sim_rank::ready || r.status == sim_rank::blocked) {
-                const vtime k = key_of(r);
-                queue.insert({k, w});
-                queued_key[static_cast<std::size_t>(w)] = k;
+    /// The thread whose turn is next: the earliest key, ties to the lower id; null when every thread has finished.
+    [[nodiscard]] sim_process* pick() {
+        for (int id : dirty) {
+            is_dirty[static_cast<std::size_t>(id)] = 0;
+            unqueue(id);
+            const sim_process& t = *threads[static_cast<std::size_t>(id)];
+            if (t.status == sim_process::ready || t.status == sim_process::blocked) {
+                const vtime k = key_of(t);
+                queue.insert({k, id});
+                queued_key[static_cast<std::size_t>(id)] = k;
             }
         }
         dirty.clear();
-        return queue.empty() ? -1 : queue.begin()->second;
+        if (queue.empty()) return nullptr;
+        // Every thread waits for what will never come: the newest goes first with the news (usually a started
+        // thread that its starter joins, so its error reaches the starter instead of its stack unwinding under it).
+        const auto& next = queue.begin()->first >= vtime_never ? *queue.rbegin() : *queue.begin();
+        return threads[static_cast<std::size_t>(next.second)].get();
     }
-    void activate(int w) {
-        unqueue(w);
-        sim_rank& r = rank(w);
-        const vtime k = key_of(r);
-        if (r.status == sim_rank::blocked) r.idle += k - r.now();
-        r.set_now(k);
-        r.status = sim_rank::running;
+    void set_now(sim_process& t, vtime at) {
+        t.now = at;
+        rank(t.rank).clock.ps.store(at, std::memory_order_relaxed);
     }
-    /// Rank `me` (ready or blocked) lets the earliest rank run, and returns when it is its turn again.
-    void switch_from(int me, std::unique_lock<std::mutex>& lock) {
-        const int next = pick();
-        activate(next);
-        if (next == me) return;
-        rank(next).go.release();
-        lock.unlock();
-        rank(me).go.acquire();
-        lock.lock();
+    void activate(sim_process& t) {
+        unqueue(t.id);
+        sim_rank& r = rank(t.rank);
+        const vtime k = key_of(t);
+        if (t.status == sim_process::blocked && k >= vtime_never) {
+            t.stuck = true;  // nothing will ever wake it: it runs on at its own time, and its wait reports that
+        } else {
+            if (t.status == sim_process::blocked && t.thread == 0) r.idle += k - t.now;
+            t.now = k;
+        }
+        t.status = sim_process::running;
+        r.clock.ps.store(t.now, std::memory_order_relaxed);
+        running_process() = &t;
     }
-    /// After its clock moved: lets any rank that is now earlier go first.
-    void yield(int me, std::unique_lock<std::mutex>& lock) {
-        rank(me).status = sim_rank::ready;
+    /// Thread `me` (ready or blocked) lets the earliest thread run, and returns when it is its turn again.
+    void switch_from(sim_process& me) {
+        sim_process* next = pick();
+        activate(*next);
+        if (next == &me) return;
+        fiber::switch_to(*me.context, *next->context);
+    }
+    /// After its clock moved: lets any thread that is now earlier go first.
+    void yield(sim_process& me) {
+        me.status = sim_process::ready;
         touch(me);
-        switch_from(me, lock);
+        switch_from(me);
     }
     /// Blocks until `w` holds, the deadline passes or the rank dies; returns with the clock at that time.
-    void block(int me, const sim_waiter& w, vtime until, std::unique_lock<std::mutex>& lock, const char* what = "wait",
-               int peer = -1) {
-        sim_rank& r = rank(me);
-        require_turn(me);
-        const vtime from = r.now();
-        r.status = sim_rank::blocked;
-        r.waiting = &w;
-        r.wait_deadline = until;
+    void block(sim_process& me, const sim_waiter& w, vtime until, const char* what = "wait", int peer = -1) {
+        const vtime from = me.now;
+        me.status = sim_process::blocked;
+        me.waiting = &w;
+        me.wait_deadline = until;
+        me.stuck = false;
         touch(me);
-        switch_from(me, lock);
-        r.waiting = nullptr;
-        r.wait_deadline = vtime_never;
-        if (options.record_timeline && r.now() > from)
-            r.timeline.push_back({what, to_seconds(from), to_seconds(r.now()), peer});
+        switch_from(me);
+        me.waiting = nullptr;
+        me.wait_deadline = vtime_never;
+        if (options.record_timeline && me.now > from)
+            rank(me.rank).timeline.push_back({what, to_seconds(from), to_seconds(me.now), peer, me.thread});
     }
     /// The stall simulated_faults::delays adds after this compute() call of rank w.
     [[nodiscard]] vtime stall_after_compute(int w) {
@@ -273,50 +371,25 @@ struct sim_world {
         }
         return stall;
     }
-    void start() {
-        std::lock_guard lock(m);
-        const int first = pick();
-        if (first < 0) return;
-        activate(first);
-        rank(first).go.release();
-    }
-    void finish(int me) {
-        std::lock_guard lock(m);
-        rank(me).status = sim_rank::finished;
-        touch(me);
-        const int next = pick();
-        if (next < 0) return;
-        activate(next);
-        rank(next).go.release();
-    }
-
-    /// A rank is one machine: its communicator is used by one thread at a time. A second thread calling in while
-    /// the first waits would take the first's turn; it is refused instead.
-    void require_turn(int me) {
-        if (rank(me).status == sim_rank::running) return;
-        throw comm_error(hitch::detail::concat("hitch::comm::simulated: rank ", me,
-                                               " was used by a second thread while its first waited; a simulated "
-                                               "rank's communicator is used by one thread at a time"));
-    }
 
     /// Throws rank_died_error once the rank's death time has come.
-    void check_alive(int me) {
-        sim_rank& r = rank(me);
-        if (r.now() < r.dies_at) return;
-        r.set_now(r.dies_at);
+    void check_alive(sim_process& me) {
+        sim_rank& r = rank(me.rank);
+        if (me.now < r.dies_at) return;
+        set_now(me, r.dies_at);
         r.died = true;
-        throw rank_died_error(hitch::detail::concat("hitch::comm::simulated: rank ", me, " died at virtual time ",
+        throw rank_died_error(hitch::detail::concat("hitch::comm::simulated: rank ", me.rank, " died at virtual time ",
                                                     to_seconds(r.dies_at), " s (simulated_faults::deaths)"));
     }
 
-    // ---- messages (mutex held) ----
+    // ---- messages ----
 
     /// Copies a matched send into its receive; both complete in virtual time as the model says.
     void deliver(sim_op& send, sim_op& recv) {
         const bool raw = send.type == dtype::u8 || recv.type == dtype::u8;
         recv.info = {send.source, send.tag, send.bytes};
         recv.done_at = send.arrival;
-        touch(recv.owner);
+        touch_rank(recv.owner);
         if (send.bytes != recv.bytes || (!raw && send.type != recv.type)) {
             const auto describe = [](const sim_op& op) {
                 const std::size_t es = size_of(op.type);
@@ -328,7 +401,7 @@ struct sim_world {
                 " with tag ", send.tag, " expected ", describe(recv), " but the message has ", describe(send));
             recv.state = sim_state::failed;
         } else {
-            if (send.bytes != 0) {
+            if (send.bytes != 0 && options.carry_data) {
                 std::memcpy(recv.into, send.borrowed != nullptr ? send.borrowed : send.payload.data(), send.bytes);
                 if (send.corrupt_byte) recv.into[*send.corrupt_byte % send.bytes] ^= std::byte{0x5a};
             }
@@ -343,29 +416,30 @@ struct sim_world {
     }
 
     /// The sender may touch its buffer from now on: an unmatched send takes a copy of its bytes.
-    static void detach(sim_op& send) {
+    void detach(sim_op& send) const {
         if (send.kind != sim_kind::send || !send.queued || send.borrowed == nullptr) return;
-        send.payload.assign(send.borrowed, send.borrowed + send.bytes);
+        if (options.carry_data) send.payload.assign(send.borrowed, send.borrowed + send.bytes);
         send.borrowed = nullptr;
     }
 
-    /// Posts a send from world rank `me` to world rank `to` at the sender's virtual time.
-    void post_send(int me, int to, const std::shared_ptr<sim_op>& op, std::span<const std::byte> data) {
-        sim_rank& r = rank(me);
-        const int nth = pair_messages[{me, to}]++;
-        const transfer_times t = links.reserve(me, to, data.size(), r.now());
+    /// Posts a send from thread `me` to world rank `to` at the thread's virtual time.
+    void post_send(sim_process& me, int to, const std::shared_ptr<sim_op>& op, std::span<const std::byte> data) {
+        sim_rank& r = rank(me.rank);
+        const bool faulty = !options.faults.lost.empty() || !options.faults.corrupted.empty();
+        const int nth = faulty ? pair_messages[{me.rank, to}]++ : 0;
+        const transfer_times t = links.reserve(me.rank, to, data.size(), me.now);
         op->done_at = t.sent;
         op->arrival = t.arrival;
         op->state = sim_state::done;  // a send has nothing left to fail; done_at says when
         r.bytes_sent += data.size();
         ++r.messages_sent;
-        remember(r, op);
+        remember(r, me.now, op);
         for (const auto& l : options.faults.lost)
-            if (l.from == me && l.to == to && (l.nth == nth || l.nth < 0)) return;
+            if (l.from == me.rank && l.to == to && (l.nth == nth || l.nth < 0)) return;
         // The bytes stay in the sender's buffer until a receive takes them or the sender may reuse it (detach).
         op->borrowed = data.data();
         for (const auto& c : options.faults.corrupted)
-            if (c.from == me && c.to == to && (c.nth == nth || c.nth < 0)) op->corrupt_byte = c.byte;
+            if (c.from == me.rank && c.to == to && (c.nth == nth || c.nth < 0)) op->corrupt_byte = c.byte;
         sim_mailbox& box = *boxes[static_cast<std::size_t>(to)];
         auto it =
             std::find_if(box.posted.begin(), box.posted.end(), [&](const auto& q) { return sim_matches(*op, *q); });
@@ -377,13 +451,13 @@ struct sim_world {
         } else {
             op->queued = true;
             box.unexpected.push_back(op);
-            touch(to);  // a probe or a poll there may wait for it
+            touch_rank(to);  // a probe or a poll there may wait for it
         }
     }
 
-    void post_recv(int me, const std::shared_ptr<sim_op>& op) {
-        remember(rank(me), op);
-        sim_mailbox& box = *boxes[static_cast<std::size_t>(me)];
+    void post_recv(sim_process& me, const std::shared_ptr<sim_op>& op) {
+        remember(rank(me.rank), me.now, op);
+        sim_mailbox& box = *boxes[static_cast<std::size_t>(me.rank)];
         auto it = std::find_if(box.unexpected.begin(), box.unexpected.end(),
                                [&](const auto& s) { return sim_matches(*s, *op); });
         if (it != box.unexpected.end()) {
@@ -406,21 +480,42 @@ struct sim_world {
         op->state = sim_state::cancelled;
     }
 
-    static void remember(sim_rank& r, const std::shared_ptr<sim_op>& op) {
-        if (r.live.size() >= 64) {
-            const vtime now = r.now();
+    static void remember(sim_rank& r, vtime now, const std::shared_ptr<sim_op>& op) {
+        if (r.live.size() >= 64)
             std::erase_if(r.live, [&](const auto& o) {
                 return o->state == sim_state::cancelled || (o->done_at <= now && o->state != sim_state::pending);
             });
-        }
         r.live.push_back(op);
+    }
+
+private:
+    /// A fiber's first function: runs the thread's body, then hands the turn on for good.
+    static void enter(void* argument) {
+        auto& me = *static_cast<sim_process*>(argument);
+        try {
+            me.body();
+        } catch (...) {
+            me.error = std::current_exception();
+        }
+        me.world->end(me);
+    }
+
+    [[noreturn]] void end(sim_process& me) {
+        me.status = sim_process::finished;
+        me.finished_at = me.now;
+        me.body = nullptr;
+        touch(me);
+        touch_rank(me.rank);  // a join waits for it
+        sim_process* next = pick();
+        if (next == nullptr) fiber::exit_to(*me.context, driver);
+        activate(*next);
+        fiber::exit_to(*me.context, *next->context);
     }
 };
 
 /// Converts a deadline to virtual time: one on the rank's own clock directly, one on the steady clock as the same
 /// time from now.
-[[nodiscard]] inline vtime virtual_deadline(const deadline& limit, const sim_rank& r) {
-    const vtime now = r.now();
+[[nodiscard]] inline vtime virtual_deadline(const deadline& limit, const sim_rank& r, vtime now) {
     vtime at;
     if (limit.source() == &r.clock) {
         at = static_cast<vtime>(
@@ -447,11 +542,12 @@ struct fixed_time_waiter final : sim_waiter {
     vtime at;
 };
 
-/// A rank that polls without result: wakes when any op it posted completes or a message reaches its mailbox.
+/// A thread that polls without result: wakes when any op its rank posted completes or a message reaches its
+/// mailbox.
 struct poll_waiter final : sim_waiter {
-    poll_waiter(const sim_rank& r, const sim_mailbox& b) : rank(r), box(b) {}
+    poll_waiter(const sim_process& t, const sim_rank& r, const sim_mailbox& b) : thread(t), rank(r), box(b) {}
     [[nodiscard]] vtime ready_at() const override {
-        const vtime now = rank.now();
+        const vtime now = thread.now;
         vtime next = vtime_never;
         for (const auto& o : rank.live)
             if (o->state != sim_state::cancelled && o->done_at > now) next = std::min(next, o->done_at);
@@ -459,8 +555,25 @@ struct poll_waiter final : sim_waiter {
             if (s->arrival > now) next = std::min(next, s->arrival);
         return next;
     }
+    const sim_process& thread;
     const sim_rank& rank;
     const sim_mailbox& box;
+};
+
+/// The end of another thread (simulated::thread::join).
+struct join_waiter final : sim_waiter {
+    explicit join_waiter(const sim_process& t) : target(t) {}
+    [[nodiscard]] vtime ready_at() const override { return target.finished_at; }
+    [[nodiscard]] bool ends_at_death() const override { return false; }
+    const sim_process& target;
+};
+
+/// A notify (simulated::condition_variable).
+struct notify_waiter final : sim_waiter {
+    explicit notify_waiter(const sim_process& t) : me(t) {}
+    [[nodiscard]] vtime ready_at() const override { return me.notified_at; }
+    [[nodiscard]] bool ends_at_death() const override { return false; }
+    const sim_process& me;
 };
 
 }  // namespace detail

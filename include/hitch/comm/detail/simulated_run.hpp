@@ -1,6 +1,6 @@
 #pragma once
-// Running a simulated world: one thread per rank, taking turns in virtual-time order (simulated_engine.hpp), and
-// what the run records per rank and per link (bytes, messages, busy and idle virtual time, the error a rank ended
+// Running a simulated world: one fiber per simulated thread, taking turns in virtual-time order (simulated_engine.hpp),
+// and what the run records per rank and per link (bytes, messages, busy and idle virtual time, the error a rank ended
 // with), so a run can be checked against a model or drawn as a timeline.
 
 #include <exception>
@@ -10,7 +10,6 @@
 #include <ostream>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -70,7 +69,8 @@ struct simulated_access {
     }
 };
 
-/// Runs body(rank, comm) on one thread per rank in virtual-time order; returns what the run recorded.
+/// Runs body(rank, comm) for every rank, each on a fiber of the calling thread, in virtual-time order; returns what
+/// the run recorded.
 template <class Body>
 simulation_report run_simulated_world(int ranks, const simulated_network& network, const simulated_options& options,
                                       Body&& body) {
@@ -81,38 +81,31 @@ simulation_report run_simulated_world(int ranks, const simulated_network& networ
     auto members = std::make_shared<std::vector<int>>(static_cast<std::size_t>(ranks));
     std::iota(members->begin(), members->end(), 0);
     std::shared_ptr<const std::vector<int>> shared_members = members;
-    {
-        std::vector<std::thread> threads;
-        threads.reserve(static_cast<std::size_t>(ranks));
-        for (int r = 0; r < ranks; ++r) {
-            threads.emplace_back([&, r] {
-                sim_rank& me = world->rank(r);
-                me.go.acquire();
-                try {
-                    simulated comm = simulated_access::world_communicator(world, shared_members, r);
-                    body(r, comm);
-                } catch (const std::exception& e) {
-                    std::lock_guard lock(world->m);
-                    me.error = std::current_exception();
-                    me.error_text = e.what();
-                    me.error_at = me.now();
-                } catch (...) {
-                    std::lock_guard lock(world->m);
-                    me.error = std::current_exception();
-                    me.error_text = "a non-standard exception";
-                    me.error_at = me.now();
-                }
-                world->finish(r);
-            });
-        }
-        world->start();
-        for (auto& t : threads) t.join();
+    for (int r = 0; r < ranks; ++r) {
+        world->add_thread(r, 0, [&world, r, &body, &shared_members] {
+            sim_rank& me = world->rank(r);
+            const sim_process& self = *me.threads.front();
+            try {
+                simulated comm = simulated_access::world_communicator(world, shared_members, r);
+                body(r, comm);
+            } catch (const std::exception& e) {
+                me.error = std::current_exception();
+                me.error_text = e.what();
+                me.error_at = self.now;
+            } catch (...) {
+                me.error = std::current_exception();
+                me.error_text = "a non-standard exception";
+                me.error_at = self.now;
+            }
+            me.finished_at = self.now;
+        });
     }
+    world->run();
     simulation_report report;
     for (int r = 0; r < ranks; ++r) {
         const sim_rank& s = world->rank(r);
         simulated_rank_report out;
-        out.finish_s = to_seconds(s.now());
+        out.finish_s = to_seconds(s.finished_at);
         out.busy_s = to_seconds(s.busy);
         out.idle_s = to_seconds(s.idle);
         out.bytes_sent = s.bytes_sent;
@@ -153,7 +146,7 @@ inline void write_chrome_trace(const simulation_report& report, std::ostream& ou
             out << "{\"name\":\"" << e.name << "\",\"cat\":\""
                 << (e.name == std::string_view("compute") ? "compute" : "comm")
                 << "\",\"ph\":\"X\",\"ts\":" << e.begin_s * 1e6 << ",\"dur\":" << (e.end_s - e.begin_s) * 1e6
-                << ",\"pid\":" << r << ",\"tid\":0,\"args\":{";
+                << ",\"pid\":" << r << ",\"tid\":" << e.thread << ",\"args\":{";
             if (e.peer >= 0) out << "\"peer\":" << e.peer;
             out << "}}";
         }

@@ -337,7 +337,7 @@ public:
         if (roles_.worker) {
             client_.emplace(*comm_, codec, plan_, roles_.server_ranks, static_cast<std::size_t>(comm_->rank()), masters,
                             rule);
-            if (loop_) server_thread_ = std::thread([this] { serve_catching(); });
+            if (loop_) server_thread_ = rank_threads<C>::start(*comm_, [this] { serve_catching(); });
         }
     }
 
@@ -403,7 +403,7 @@ private:
     shard_plan plan_;
     std::optional<server_loop<O, X, C, D>> loop_;
     std::optional<server_client<X, C>> client_;
-    std::thread server_thread_;
+    typename rank_threads<C>::thread server_thread_;  // a co-located server: a thread of this rank
     std::exception_ptr server_error_;
     bool served_ = false;
     bool finished_ = false;
