@@ -445,3 +445,29 @@ TEST_CASE("cuda::nccl: splits by ncclCommSplit, traffic and native on the parts,
         }
     }
 }
+
+TEST_CASE("cuda::nccl: a send left in flight into a native all-reduce is not held back by it", "[cuda][nccl][faults]") {
+    // Rank 0 posts a send and enters the all-reduce before waiting for it; rank 1 waits for the message before it
+    // comes to the all-reduce. (Reserving the collective's slot on entry would hold rank 0's send behind it.)
+    const auto world = fake_nccl_world::make(2);
+    const auto out = run_ranks(2, world, [&](hitch::comm::local& c, const auto& w) {
+        nccl comm = make_fake_nccl(c, w, quick(5.0));
+        std::vector<float> message(5000, 7.0f), sums(100, 1.0f);
+        if (comm.rank() == 0) {
+            auto s = comm.isend(std::span<const float>(message), 1, 0);
+            comm.allreduce_native(std::span<float>(sums), hitch::reduce_op::sum, hitch::deadline(comm.timeout()));
+            s.wait();
+        } else {
+            std::vector<float> in(5000, 0.0f);
+            comm.irecv(std::span<float>(in), 0, 0).wait();
+            expect(in[4999] == 7.0f, "the message");
+            comm.allreduce_native(std::span<float>(sums), hitch::reduce_op::sum, hitch::deadline(comm.timeout()));
+        }
+        expect(sums[99] == 2.0f, "the all-reduce");
+    });
+    INFO(show(out));
+    for (const auto& o : out) {
+        CHECK(o.error.empty());
+        CHECK(o.seconds < 4.0);
+    }
+}
