@@ -121,6 +121,22 @@ TEST_CASE("bucket element conversions are hitch::half's, bfloat16's, float's and
         REQUIRE(std::bit_cast<std::uint64_t>(gpu::element<half>::to_double(half(f).bits())) ==
                 std::bit_cast<std::uint64_t>(static_cast<double>(static_cast<float>(half(f)))));
     }
+    // float <-> double as x86 converts them, NaN payloads included (the GPU mirrors it in integer arithmetic).
+    std::vector<double> doubles = {std::numeric_limits<double>::quiet_NaN(),
+                                   -std::numeric_limits<double>::quiet_NaN(),
+                                   std::bit_cast<double>(0x7ff0000000000001ull),
+                                   std::bit_cast<double>(0xfff4000000abcdefull),
+                                   std::numeric_limits<double>::infinity(),
+                                   1e300,
+                                   -1e-300,
+                                   3.4028235677973366e38};
+    for (int k = 0; k < 20000; ++k) doubles.push_back(std::bit_cast<double>(rng()));
+    for (double d : doubles) {
+        REQUIRE(bits(gpu::narrow(d)) == bits(static_cast<float>(d)));
+        REQUIRE(gpu::element<bfloat16>::from_double(d) == bfloat16(d).bits());
+    }
+    for (float f : interesting_floats())
+        REQUIRE(std::bit_cast<std::uint64_t>(gpu::widen(f)) == std::bit_cast<std::uint64_t>(static_cast<double>(f)));
     CHECK(gpu::finite(1.0));
     CHECK_FALSE(gpu::finite(std::numeric_limits<double>::infinity()));
     CHECK_FALSE(gpu::finite(std::numeric_limits<double>::quiet_NaN()));

@@ -10,6 +10,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <span>
@@ -598,5 +601,127 @@ TEST_CASE("onebit messages and residuals computed as the kernels do equal the CP
         g[1500] = bad;
         check_onebit(0, g);
         check_onebit(512, g);
+    }
+}
+
+namespace {
+
+/// The parallel parse of qsgd.cuh's decode, phase by phase on the host (the kernels run each step for all chunks
+/// or entries at once): chunk walks, rounds until no chunk walks again, the entry starts listed, every entry decoded
+/// and checked, the first failure in the host's order.
+gpu::elias_status parallel_parse(const unsigned char* s, std::size_t bytes, std::uint64_t nnz, std::uint64_t n,
+                                 std::uint32_t levels, std::uint64_t chunk_bits, std::vector<std::uint64_t>& index,
+                                 std::vector<std::uint32_t>& code, int& rounds) {
+    const std::uint64_t chunks = gpu::elias_chunks(bytes, chunk_bits);
+    std::vector<std::uint32_t> marks(chunks * chunk_bits / 32, 0xdeadbeefu);  // the kernels leave them uninitialised
+    std::vector<gpu::elias_walk> now(chunks), next(chunks);
+    std::vector<std::uint64_t> in(chunks);
+    const auto chunk = [&](std::uint64_t c) { return gpu::elias_chunk_of(s, bytes, c, chunk_bits, marks.data()); };
+    for (std::uint64_t c = 0; c < chunks; ++c) {
+        in[c] = chunk(c).begin;
+        now[c] = chunk(c).first_walk(in[c]);
+    }
+    rounds = 0;
+    for (bool changed = true; changed; ++rounds) {
+        changed = false;
+        if (chunks != 0) next[0] = now[0];
+        for (std::uint64_t c = 1; c < chunks; ++c)
+            changed = gpu::elias_round(chunk(c), now[c - 1].exit, in[c], now[c], next[c]) || changed;
+        std::swap(now, next);
+    }
+    std::vector<std::uint64_t> offset(chunks);
+    std::uint64_t total = 0;
+    for (std::uint64_t c = 0; c < chunks; ++c) {
+        offset[c] = total;
+        total += now[c].entries;
+    }
+    const std::uint64_t m = std::min(total, nnz);
+    std::vector<std::uint64_t> starts(m);
+    for (std::uint64_t c = 0; c < chunks; ++c) gpu::elias_list_starts(chunk(c), in[c], offset[c], m, starts.data());
+    std::uint64_t key = total < nnz ? gpu::elias_failure_key(total, 0) : gpu::elias_none;
+    std::vector<std::uint64_t> level(m);
+    std::uint64_t cum = 0;
+    const gpu::elias_index_sum sum{n + 1};
+    for (std::uint64_t j = 0; j < m; ++j) {
+        const gpu::elias_entry_fields f = gpu::elias_entry_at(s, bytes, starts[j]);
+        level[j] = f.level;
+        if (f.level > levels) key = std::min(key, gpu::elias_failure_key(j, 2));
+        cum = sum(cum, f.gap);
+        if (cum > n) key = std::min(key, gpu::elias_failure_key(j, 1));
+        index[j] = cum - 1;
+        code[j] = static_cast<std::uint32_t>(f.level << 1 | f.sign);
+    }
+    if (key != gpu::elias_none) {
+        const std::uint64_t j = key / 4;
+        const auto check = static_cast<std::uint32_t>(key % 4);
+        return {check + 1, j, check == 2 ? level[j] : 0};
+    }
+    const std::uint64_t end = nnz == 0 ? 0 : gpu::elias_entry_at(s, bytes, starts[nnz - 1]).end;
+    if (!gpu::elias_only_padding(s, bytes, end)) return {4, 0, 0};
+    return {};
+}
+
+void check_parallel_parse(const unsigned char* s, std::size_t bytes, std::uint64_t nnz, std::uint64_t n,
+                          std::uint32_t levels) {
+    std::vector<std::uint64_t> index(nnz), index2(nnz);
+    std::vector<std::uint32_t> code(nnz), code2(nnz);
+    const gpu::elias_status want = gpu::elias_parse(s, bytes, nnz, n, levels, index.data(), code.data());
+    for (std::uint64_t chunk_bits : {32u, 64u, 96u, 4096u}) {
+        int rounds = 0;
+        const gpu::elias_status got = parallel_parse(s, bytes, nnz, n, levels, chunk_bits, index2, code2, rounds);
+        INFO("chunk bits " << chunk_bits << ", " << rounds << " rounds");
+        // Round r settles chunk r at the latest (one more round sees no change).
+        REQUIRE(static_cast<std::uint64_t>(rounds) <= gpu::elias_chunks(bytes, chunk_bits) + 1);
+        if (std::getenv("HITCH_ELIAS_ROUNDS") != nullptr)
+            std::printf("elias rounds: %d for %llu chunks of %llu bits\n", rounds,
+                        static_cast<unsigned long long>(gpu::elias_chunks(bytes, chunk_bits)),
+                        static_cast<unsigned long long>(chunk_bits));
+        REQUIRE(got.kind == want.kind);
+        REQUIRE(got.entry == want.entry);
+        REQUIRE(got.level == want.level);
+        if (want.kind == 0) {
+            REQUIRE(index2 == index);
+            REQUIRE(code2 == code);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("the parallel Elias parse finds what the sequential one finds", "[cuda][compress][host]") {
+    std::mt19937 rng(6);
+    for (std::uint32_t levels : {1u, 3u, 127u}) {
+        hc::qsgd_options o;
+        o.coding = hc::qsgd_coding::elias_gamma;
+        o.levels = levels;
+        o.group_size = 512;
+        const hc::qsgd codec(o);
+        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{33}, std::size_t{3000}, std::size_t{70000}}) {
+            const auto g = gradients(n, static_cast<std::uint32_t>(n) + levels);
+            auto st = codec.make_state(n);
+            std::vector<std::byte> message;
+            codec.encode(hitch::tensor_view<const float>(g.data(), n), st, message);
+            const std::size_t front = wire::header_bytes + 16 + 4 * ((n + 511) / 512);
+            const std::uint64_t nnz = wire::load_le<std::uint64_t>(message.data() + front);
+            std::vector<unsigned char> stream(message.size() - front - 8);
+            std::memcpy(stream.data(), message.data() + front + 8, stream.size());
+            INFO("levels " << levels << " n = " << n << " nnz = " << nnz);
+            check_parallel_parse(stream.data(), stream.size(), nnz, n, levels);
+            for (int trial = 0; trial < 30 && !stream.empty(); ++trial) {
+                auto bad = stream;
+                for (int k = 0; k <= trial % 3; ++k)
+                    bad[rng() % bad.size()] ^= static_cast<unsigned char>(1u << (rng() % 8));
+                if (trial % 5 == 0) bad.resize(bad.size() - 1 - rng() % std::min<std::size_t>(bad.size(), 3));
+                const std::uint64_t count = trial % 7 == 0 ? nnz + 1 - (rng() % 3) : nnz;
+                check_parallel_parse(bad.data(), bad.size(), count, n, levels);
+            }
+        }
+    }
+    // Random bits: walks that never meet, long zero runs, entries past the end.
+    for (int trial = 0; trial < 200; ++trial) {
+        std::vector<unsigned char> junk(1 + rng() % 40);
+        for (auto& b : junk) b = static_cast<unsigned char>(trial % 4 == 0 ? (rng() % 8 == 0 ? rng() : 0) : rng());
+        check_parallel_parse(junk.data(), junk.size(), rng() % 30, 1 + rng() % 500,
+                             static_cast<std::uint32_t>(1 + rng() % 7));
     }
 }

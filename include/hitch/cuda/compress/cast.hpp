@@ -33,6 +33,32 @@ namespace hd = hitch::cuda::hd;
 #endif
 }
 
+[[nodiscard]] HITCH_HD_INLINE double double_from_bits(std::uint64_t b) noexcept {
+#if defined(__CUDA_ARCH__)
+    return __longlong_as_double(static_cast<long long>(b));
+#else
+    return std::bit_cast<double>(b);
+#endif
+}
+
+/// static_cast<double>(float) as x86-64 computes it (cvtss2sd), NaN included: a NaN comes out quiet with its payload
+/// (a GPU's conversion gives its canonical NaN instead).
+[[nodiscard]] HITCH_HD_INLINE double widen(float x) noexcept {
+    const std::uint32_t b = hd::bits(x);
+    if ((b & 0x7fffffffu) <= 0x7f800000u) return static_cast<double>(x);
+    return double_from_bits(static_cast<std::uint64_t>(b >> 31) << 63 | 0x7ff8000000000000ull |
+                            static_cast<std::uint64_t>(b & 0x7fffffu) << 29);
+}
+
+/// static_cast<float>(double) as x86-64 computes it (cvtsd2ss, round to nearest even), NaN included: a NaN comes out
+/// quiet with the top of its payload.
+[[nodiscard]] HITCH_HD_INLINE float narrow(double x) noexcept {
+    const std::uint64_t b = double_bits(x);
+    if ((b & 0x7fffffffffffffffull) <= 0x7ff0000000000000ull) return static_cast<float>(x);
+    return hd::from_bits(static_cast<std::uint32_t>(b >> 63) << 31 | 0x7fc00000u |
+                         static_cast<std::uint32_t>((b >> 29) & 0x7fffffu));
+}
+
 /// a - b in double, rounded to nearest even (hd.hpp has float's).
 [[nodiscard]] HITCH_HD_INLINE double dsub(double a, double b) noexcept {
 #if defined(__CUDA_ARCH__)
@@ -116,41 +142,33 @@ template <>
 struct element<float> {
     using storage = float;
     [[nodiscard]] HITCH_HD_INLINE static float to_float(float x) noexcept { return x; }
-    [[nodiscard]] HITCH_HD_INLINE static double to_double(float x) noexcept { return static_cast<double>(x); }
+    [[nodiscard]] HITCH_HD_INLINE static double to_double(float x) noexcept { return widen(x); }
     [[nodiscard]] HITCH_HD_INLINE static float from_float(float x) noexcept { return x; }
-    [[nodiscard]] HITCH_HD_INLINE static float from_double(double x) noexcept { return static_cast<float>(x); }
+    [[nodiscard]] HITCH_HD_INLINE static float from_double(double x) noexcept { return narrow(x); }
 };
 template <>
 struct element<double> {
     using storage = double;
-    [[nodiscard]] HITCH_HD_INLINE static float to_float(double x) noexcept { return static_cast<float>(x); }
+    [[nodiscard]] HITCH_HD_INLINE static float to_float(double x) noexcept { return narrow(x); }
     [[nodiscard]] HITCH_HD_INLINE static double to_double(double x) noexcept { return x; }
-    [[nodiscard]] HITCH_HD_INLINE static double from_float(float x) noexcept { return static_cast<double>(x); }
+    [[nodiscard]] HITCH_HD_INLINE static double from_float(float x) noexcept { return widen(x); }
     [[nodiscard]] HITCH_HD_INLINE static double from_double(double x) noexcept { return x; }
 };
 template <>
 struct element<half> {
     using storage = std::uint16_t;
     [[nodiscard]] HITCH_HD_INLINE static float to_float(std::uint16_t x) noexcept { return half_value(x); }
-    [[nodiscard]] HITCH_HD_INLINE static double to_double(std::uint16_t x) noexcept {
-        return static_cast<double>(half_value(x));
-    }
+    [[nodiscard]] HITCH_HD_INLINE static double to_double(std::uint16_t x) noexcept { return widen(half_value(x)); }
     [[nodiscard]] HITCH_HD_INLINE static std::uint16_t from_float(float x) noexcept { return half_bits(x); }
-    [[nodiscard]] HITCH_HD_INLINE static std::uint16_t from_double(double x) noexcept {
-        return half_bits(static_cast<float>(x));
-    }
+    [[nodiscard]] HITCH_HD_INLINE static std::uint16_t from_double(double x) noexcept { return half_bits(narrow(x)); }
 };
 template <>
 struct element<bfloat16> {
     using storage = std::uint16_t;
     [[nodiscard]] HITCH_HD_INLINE static float to_float(std::uint16_t x) noexcept { return bf16_value(x); }
-    [[nodiscard]] HITCH_HD_INLINE static double to_double(std::uint16_t x) noexcept {
-        return static_cast<double>(bf16_value(x));
-    }
+    [[nodiscard]] HITCH_HD_INLINE static double to_double(std::uint16_t x) noexcept { return widen(bf16_value(x)); }
     [[nodiscard]] HITCH_HD_INLINE static std::uint16_t from_float(float x) noexcept { return bf16_bits(x); }
-    [[nodiscard]] HITCH_HD_INLINE static std::uint16_t from_double(double x) noexcept {
-        return bf16_bits(static_cast<float>(x));
-    }
+    [[nodiscard]] HITCH_HD_INLINE static std::uint16_t from_double(double x) noexcept { return bf16_bits(narrow(x)); }
 };
 
 template <class T>

@@ -8,8 +8,9 @@
 //             bits (random.hpp), packed into 8 b bits = b bytes of the fixed-width stream
 //   Elias     the codes kept, each non-zero level's entry length from the previous non-zero index (a CUB max scan),
 //             the entries' bit offsets (a CUB sum scan), every entry written at its offset with atomic ORs
-//   decode    fixed: every code checked, then one thread per 8 codes; Elias: the stream parsed by one thread (its
-//             entries are found only in sequence), the values scattered in parallel
+//   decode    fixed: every code checked, then one thread per 8 codes; Elias: the stream parsed in parallel chunks
+//             whose walks from guessed starts are corrected in rounds until they agree (quantize.hpp), then every
+//             entry decoded and checked at once, the values scattered
 //
 // The random counters stay on the host side of the state (they key the launches); the payload is checksummed by
 // detail/wire.cuh's tiles. nvcc only.
@@ -121,12 +122,72 @@ __global__ void elias_write_kernel(const std::uint16_t* codes, const std::uint64
     }
 }
 
-/// qsgd's decode_elias, parse half (quantize.hpp's elias_parse), on one thread: its entries are found only in
-/// sequence.
-__global__ void elias_parse_kernel(const unsigned char* s, std::size_t bytes, std::uint64_t nnz, std::uint64_t n,
-                                   std::uint32_t levels, std::uint64_t* index, std::uint32_t* code,
-                                   elias_status* status) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) *status = elias_parse(s, bytes, nnz, n, levels, index, code);
+// The parallel parse of an Elias stream (quantize.hpp): chunk walks, rounds, the starts, the entries.
+
+__global__ void elias_first_walks_kernel(const unsigned char* s, std::size_t bytes, std::uint64_t chunks,
+                                         std::uint32_t* marks, std::uint64_t* in, elias_walk* walks) {
+    for (std::uint64_t c = cuda::detail::grid_index(); c < chunks; c += cuda::detail::grid_stride()) {
+        const elias_chunk ch = elias_chunk_of(s, bytes, c, elias_chunk_bits, marks);
+        in[c] = ch.begin;
+        walks[c] = ch.first_walk(ch.begin);
+    }
+}
+
+__global__ void elias_round_kernel(const unsigned char* s, std::size_t bytes, std::uint64_t chunks,
+                                   std::uint32_t* marks, std::uint64_t* in, const elias_walk* now, elias_walk* next,
+                                   std::uint32_t* changed) {
+    bool walked = false;
+    for (std::uint64_t c = cuda::detail::grid_index(); c < chunks; c += cuda::detail::grid_stride()) {
+        if (c == 0) {
+            next[0] = now[0];
+            continue;
+        }
+        const elias_chunk ch = elias_chunk_of(s, bytes, c, elias_chunk_bits, marks);
+        walked = elias_round(ch, now[c - 1].exit, in[c], now[c], next[c]) || walked;
+    }
+    if (walked) atomicOr(changed, 1u);
+}
+
+__global__ void elias_counts_kernel(const elias_walk* walks, std::uint64_t chunks, std::uint64_t* entries) {
+    for (std::uint64_t c = cuda::detail::grid_index(); c < chunks; c += cuda::detail::grid_stride())
+        entries[c] = walks[c].entries;
+}
+
+__global__ void elias_starts_kernel(const unsigned char* s, std::size_t bytes, std::uint64_t chunks,
+                                    std::uint32_t* marks, const std::uint64_t* in, const std::uint64_t* offsets,
+                                    std::uint64_t limit, std::uint64_t* starts) {
+    for (std::uint64_t c = cuda::detail::grid_index(); c < chunks; c += cuda::detail::grid_stride())
+        elias_list_starts(elias_chunk_of(s, bytes, c, elias_chunk_bits, marks), in[c], offsets[c], limit, starts);
+}
+
+/// Entry j's fields; a level above s lowers *key to its failure.
+__global__ void elias_fields_kernel(const unsigned char* s, std::size_t bytes, const std::uint64_t* starts,
+                                    std::uint64_t m, std::uint32_t levels, std::uint64_t* gaps, std::uint32_t* code,
+                                    std::uint64_t* level, unsigned long long* key) {
+    for (std::uint64_t j = cuda::detail::grid_index(); j < m; j += cuda::detail::grid_stride()) {
+        const elias_entry_fields f = elias_entry_at(s, bytes, starts[j]);
+        gaps[j] = f.gap;
+        level[j] = f.level;
+        code[j] = static_cast<std::uint32_t>(f.level << 1 | f.sign);
+        if (f.level > levels) atomicMin(key, static_cast<unsigned long long>(elias_failure_key(j, 2)));
+    }
+}
+
+/// index[j] from the saturated sums of the gaps; an index past the bucket lowers *key to its failure.
+__global__ void elias_index_kernel(const std::uint64_t* sums, std::uint64_t m, std::uint64_t n, std::uint64_t* index,
+                                   unsigned long long* key) {
+    for (std::uint64_t j = cuda::detail::grid_index(); j < m; j += cuda::detail::grid_stride()) {
+        if (sums[j] > n) atomicMin(key, static_cast<unsigned long long>(elias_failure_key(j, 1)));
+        index[j] = sums[j] - 1;
+    }
+}
+
+/// Whether only padding follows entry nnz - 1 (elias_parse's last check).
+__global__ void elias_tail_kernel(const unsigned char* s, std::size_t bytes, const std::uint64_t* starts,
+                                  std::uint64_t nnz, std::uint32_t* ok) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    const std::uint64_t end = nnz == 0 ? 0 : elias_entry_at(s, bytes, starts[nnz - 1]).end;
+    *ok = elias_only_padding(s, bytes, end) ? 1u : 0u;
 }
 
 __global__ void elias_scatter_kernel(const std::uint64_t* index, const std::uint32_t* code, std::uint64_t nnz,
@@ -396,6 +457,83 @@ private:
             "cub::DeviceReduce::Reduce");
     }
 
+    /// The parallel parse (quantize.hpp): index[j] and code[j] of the first nnz entries, or the first failure in
+    /// the host decoder's terms.
+    static cuda::compress::detail::elias_status parse_elias(cuda::device& dev, const unsigned char* s,
+                                                            std::size_t bytes, std::uint64_t nnz, std::uint64_t n,
+                                                            std::uint32_t levels, std::uint64_t* index,
+                                                            std::uint32_t* code) {
+        namespace cd = cuda::compress::detail;
+        const std::uint64_t chunks = cd::elias_chunks(bytes, cd::elias_chunk_bits);
+        cd::device_scratch<std::uint32_t> marks(dev, chunks * (cd::elias_chunk_bits / 32));
+        cd::device_scratch<std::uint64_t> in(dev, chunks), entries(dev, chunks), offsets(dev, chunks);
+        cd::device_scratch<cd::elias_walk> now(dev, chunks), next(dev, chunks);
+        cd::elias_walk* a = now.data();
+        cd::elias_walk* b = next.data();
+        std::uint64_t total = 0;
+        if (chunks != 0) {
+            const unsigned grid = cuda::detail::grid_blocks(chunks, 128);
+            cd::activate(dev);
+            cd::elias_first_walks_kernel<<<grid, 128, 0, dev.stream()>>>(s, bytes, chunks, marks.data(), in.data(), a);
+            cuda::detail::check_launch("hitch::cuda::compress elias_first_walks_kernel");
+            for (;;) {  // rounds until no chunk walks again (after round r, chunks 0 .. r are settled)
+                const cd::device_flag changed(dev);
+                cd::activate(dev);
+                cd::elias_round_kernel<<<grid, 128, 0, dev.stream()>>>(s, bytes, chunks, marks.data(), in.data(), a, b,
+                                                                       changed.data());
+                cuda::detail::check_launch("hitch::cuda::compress elias_round_kernel");
+                std::swap(a, b);
+                if (changed.read() == 0) break;
+            }
+            cd::elias_counts_kernel<<<grid, 128, 0, dev.stream()>>>(a, chunks, entries.data());
+            cuda::detail::check_launch("hitch::cuda::compress elias_counts_kernel");
+            scan_sum(dev, entries.data(), offsets.data(), chunks);
+            total = cd::read_back(dev, offsets.data() + chunks - 1) + cd::read_back(dev, entries.data() + chunks - 1);
+        }
+        const std::uint64_t m = total < nnz ? total : nnz;
+        cd::device_scratch<std::uint64_t> starts(dev, m), gaps(dev, m), sums(dev, m), level(dev, m);
+        cd::device_scratch<unsigned long long> key(dev, 1);
+        // Fewer entries than announced: the entry after the last one does not decode (the first check of its entry).
+        const unsigned long long initial =
+            total < nnz ? cd::elias_failure_key(total, 0) : std::numeric_limits<unsigned long long>::max();
+        cd::store_small(dev, reinterpret_cast<std::byte*>(key.data()),
+                        std::span<const std::byte>(reinterpret_cast<const std::byte*>(&initial), 8));
+        if (m != 0) {
+            cd::activate(dev);
+            cd::elias_starts_kernel<<<cuda::detail::grid_blocks(chunks, 128), 128, 0, dev.stream()>>>(
+                s, bytes, chunks, marks.data(), in.data(), offsets.data(), m, starts.data());
+            cuda::detail::check_launch("hitch::cuda::compress elias_starts_kernel");
+            cd::elias_fields_kernel<<<cuda::detail::grid_blocks(m), cuda::detail::block_threads, 0, dev.stream()>>>(
+                s, bytes, starts.data(), m, levels, gaps.data(), code, level.data(), key.data());
+            cuda::detail::check_launch("hitch::cuda::compress elias_fields_kernel");
+            std::size_t temp = 0;
+            const cd::elias_index_sum op{n + 1};
+            cuda::detail::check(
+                cub::DeviceScan::InclusiveScan(nullptr, temp, gaps.data(), sums.data(), op, m, dev.stream()),
+                "cub::DeviceScan::InclusiveScan");
+            cd::device_scratch<std::byte> storage(dev, temp);
+            cuda::detail::check(
+                cub::DeviceScan::InclusiveScan(storage.data(), temp, gaps.data(), sums.data(), op, m, dev.stream()),
+                "cub::DeviceScan::InclusiveScan");
+            cd::activate(dev);
+            cd::elias_index_kernel<<<cuda::detail::grid_blocks(m), cuda::detail::block_threads, 0, dev.stream()>>>(
+                sums.data(), m, n, index, key.data());
+            cuda::detail::check_launch("hitch::cuda::compress elias_index_kernel");
+        }
+        const unsigned long long first = cd::read_back(dev, key.data());
+        if (first != std::numeric_limits<unsigned long long>::max()) {
+            const std::uint64_t j = first / 4;
+            const auto check = static_cast<std::uint32_t>(first % 4);
+            return {check + 1, j, check == 2 ? cd::read_back(dev, level.data() + j) : 0};
+        }
+        cd::device_flag ok(dev);
+        cd::activate(dev);
+        cd::elias_tail_kernel<<<1, 32, 0, dev.stream()>>>(s, bytes, starts.data(), nnz, ok.data());
+        cuda::detail::check_launch("hitch::cuda::compress elias_tail_kernel");
+        if (ok.read() == 0) return {4, 0, 0};
+        return {};
+    }
+
     template <bool Add, class T>
     void decode_any(cuda::device& dev, tensor_view<const std::byte> bytes, tensor_view<T> out) const {
         namespace cd = cuda::compress::detail;
@@ -472,14 +610,8 @@ private:
         const auto stream = r.rest();
         cd::device_scratch<std::uint64_t> index(dev, nnz);
         cd::device_scratch<std::uint32_t> code(dev, nnz);
-        cd::device_scratch<cd::elias_status> status(dev, 1);
-        status.zero();
-        cd::activate(dev);
-        cd::elias_parse_kernel<<<1, 32, 0, dev.stream()>>>(reinterpret_cast<const unsigned char*>(stream.data()),
-                                                           stream.size(), nnz, n, s, index.data(), code.data(),
-                                                           status.data());
-        cuda::detail::check_launch("hitch::cuda::compress elias_parse_kernel");
-        const cd::elias_status st = cd::read_back(dev, status.data());
+        const cd::elias_status st = parse_elias(dev, reinterpret_cast<const unsigned char*>(stream.data()),
+                                                stream.size(), nnz, n, s, index.data(), code.data());
         if (st.kind != 0) r.fail(cd::elias_failure(st, nnz, n, s));
         cd::decode_through_floats<Add>(dev, out, [&](auto add, float* floats) {
             if constexpr (!decltype(add)::value) dev.fill_zero(floats, n * sizeof(float));

@@ -390,6 +390,200 @@ struct elias_status {
     return {};
 }
 
+// ---- the Elias stream in parallel ---------------------------------------------------------------------------------
+// Entries are found only in sequence, but decoding is deterministic: two walks that meet at one entry start go on
+// together. So the stream is cut into chunks, each walked from a guessed start (its first bit) with its entry starts
+// marked in a bitmap; then, in rounds until nothing changes, each chunk whose predecessor's exit (the first entry
+// start past it) differs from where its own walk began walks again from there until it meets a start of its previous
+// walk, and takes the rest (and the count of what is left) from that walk. After round r, chunks 0 .. r are certain,
+// and walks usually meet within a few entries, so a few rounds do. The entry starts are then listed in order, and
+// every entry is decoded and checked in parallel, reporting the first failure in the host decoder's order.
+
+/// Bits per chunk of the parallel parse (the kernels' choice; the tests also run small ones).
+inline constexpr std::uint64_t elias_chunk_bits = 4096;
+/// No entry start: a walk met an entry that does not decode (or began at none).
+inline constexpr std::uint64_t elias_none = ~std::uint64_t{0};
+
+/// The bits of the entry at bit `pos`, 0 when it does not decode (elias_parse's kind 1).
+[[nodiscard]] HITCH_HD_INLINE std::uint64_t elias_entry_length(const unsigned char* s, std::size_t bytes,
+                                                               std::uint64_t pos) noexcept {
+    const std::uint64_t total = 8 * static_cast<std::uint64_t>(bytes);
+    if (pos >= total) return 0;
+    std::uint64_t p = pos, x = 0;
+    if (!elias_gamma(s, bytes, p, x) || p >= total) return 0;
+    ++p;
+    if (!elias_gamma(s, bytes, p, x)) return 0;
+    return p - pos;
+}
+
+[[nodiscard]] HITCH_HD_INLINE unsigned popcount32(std::uint32_t x) noexcept {
+#if defined(__CUDA_ARCH__)
+    return static_cast<unsigned>(__popc(x));
+#else
+    return static_cast<unsigned>(std::popcount(x));
+#endif
+}
+
+/// A chunk's walk: where it leaves the chunk (the first entry start at or past its end; elias_none after an entry
+/// that does not decode) and how many entries start within it.
+struct elias_walk {
+    std::uint64_t exit = elias_none;
+    std::uint64_t entries = 0;
+};
+
+/// The chunk [begin, end) of a stream, its entry starts marked in `marks` (bit q - begin, 32 per word).
+struct elias_chunk {
+    const unsigned char* s;
+    std::size_t bytes;
+    std::uint64_t begin;
+    std::uint64_t end;
+    std::uint32_t* marks;
+
+    [[nodiscard]] HITCH_HD_INLINE bool marked(std::uint64_t q) const noexcept {
+        return (marks[(q - begin) / 32] >> ((q - begin) % 32)) & 1u;
+    }
+    HITCH_HD_INLINE void set_marks(std::uint64_t q, bool on) const noexcept {
+        const std::uint32_t bit = 1u << ((q - begin) % 32);
+        marks[(q - begin) / 32] = on ? marks[(q - begin) / 32] | bit : marks[(q - begin) / 32] & ~bit;
+    }
+    /// Marked starts in [begin, q).
+    [[nodiscard]] HITCH_HD_INLINE std::uint64_t rank(std::uint64_t q) const noexcept {
+        std::uint64_t r = 0;
+        const std::uint64_t bits = q - begin;
+        for (std::uint64_t w = 0; w < bits / 32; ++w) r += popcount32(marks[w]);
+        if (bits % 32 != 0) r += popcount32(marks[bits / 32] & ((1u << (bits % 32)) - 1u));
+        return r;
+    }
+    /// Unmarks [begin, q).
+    HITCH_HD_INLINE void clear_below(std::uint64_t q) const noexcept {
+        const std::uint64_t bits = q - begin;
+        for (std::uint64_t w = 0; w < bits / 32; ++w) marks[w] = 0;
+        if (bits % 32 != 0) marks[bits / 32] &= ~((1u << (bits % 32)) - 1u);
+    }
+
+    /// Walks from `from` (a start at or past begin, or elias_none) to the chunk's exit, marking the starts, after
+    /// clearing every mark.
+    HITCH_HD_INLINE elias_walk first_walk(std::uint64_t from) const noexcept {
+        clear_below(end);
+        elias_walk w;
+        if (from == elias_none) return w;
+        std::uint64_t p = from;
+        while (p < end) {
+            const std::uint64_t len = elias_entry_length(s, bytes, p);
+            if (len == 0) return {elias_none, w.entries};
+            set_marks(p, true);
+            ++w.entries;
+            p += len;
+        }
+        w.exit = p;
+        return w;
+    }
+
+    /// Walks again from `from`, the previous walk being `old` (its starts marked): up to the first start the two
+    /// share, whose rest it takes from `old`; the marks then hold the new walk's starts.
+    HITCH_HD_INLINE elias_walk rewalk(std::uint64_t from, const elias_walk& old) const noexcept {
+        if (from == elias_none) return first_walk(from);
+        std::uint64_t p = from, k = 0;
+        bool failed = false;
+        while (p < end && !marked(p)) {
+            const std::uint64_t len = elias_entry_length(s, bytes, p);
+            if (len == 0) {
+                failed = true;
+                break;
+            }
+            ++k;
+            p += len;
+        }
+        if (failed || p >= end) return first_walk(from);  // no meeting within the chunk: the new walk is all
+        const elias_walk w{old.exit, k + old.entries - rank(p)};
+        clear_below(p);
+        for (std::uint64_t q = from; q < p; q += elias_entry_length(s, bytes, q)) set_marks(q, true);
+        return w;
+    }
+};
+
+/// Chunk c of a stream of `bytes` bytes cut into chunks of `chunk_bits` (a multiple of 32), its marks at
+/// marks + c * chunk_bits / 32.
+[[nodiscard]] HITCH_HD_INLINE elias_chunk elias_chunk_of(const unsigned char* s, std::size_t bytes, std::uint64_t c,
+                                                         std::uint64_t chunk_bits, std::uint32_t* marks) noexcept {
+    const std::uint64_t total = 8 * static_cast<std::uint64_t>(bytes);
+    const std::uint64_t begin = c * chunk_bits, end = begin + chunk_bits < total ? begin + chunk_bits : total;
+    return {s, bytes, begin, end, marks + c * (chunk_bits / 32)};
+}
+
+/// Chunks of a stream.
+[[nodiscard]] HITCH_HD_INLINE constexpr std::uint64_t elias_chunks(std::size_t bytes,
+                                                                   std::uint64_t chunk_bits) noexcept {
+    return (8 * static_cast<std::uint64_t>(bytes) + chunk_bits - 1) / chunk_bits;
+}
+
+/// One round for chunk c >= 1: when its predecessor's exit `want` is not where its walk began (`in`), walk again
+/// from there. Returns whether it did.
+HITCH_HD_INLINE bool elias_round(const elias_chunk& ch, std::uint64_t want, std::uint64_t& in, const elias_walk& old,
+                                 elias_walk& now) noexcept {
+    if (want == in) {
+        now = old;
+        return false;
+    }
+    now = ch.rewalk(want, old);
+    in = want;
+    return true;
+}
+
+/// Lists the entry starts of a settled chunk (walked from `from`): starts[offset + i] for its entries i while
+/// offset + i < limit.
+HITCH_HD_INLINE void elias_list_starts(const elias_chunk& ch, std::uint64_t from, std::uint64_t offset,
+                                       std::uint64_t limit, std::uint64_t* starts) noexcept {
+    if (from == elias_none) return;
+    for (std::uint64_t p = from, j = offset; p < ch.end && j < limit; ++j) {
+        const std::uint64_t len = elias_entry_length(ch.s, ch.bytes, p);
+        if (len == 0) return;
+        starts[j] = p;
+        p += len;
+    }
+}
+
+/// The saturating sum of the gaps, the entries' indices + 1 up to the first that passes the bucket (cap = n + 1):
+/// associative, so a scan computes it.
+struct elias_index_sum {
+    std::uint64_t cap;
+    [[nodiscard]] HITCH_HD_INLINE std::uint64_t operator()(std::uint64_t a, std::uint64_t b) const noexcept {
+        return a + b < cap ? a + b : cap;
+    }
+};
+
+/// Entry j's fields, at a start known to decode.
+struct elias_entry_fields {
+    std::uint64_t gap = 0;
+    std::uint64_t level = 0;
+    unsigned sign = 0;
+    std::uint64_t end = 0;  // the bit after it
+};
+[[nodiscard]] HITCH_HD_INLINE elias_entry_fields elias_entry_at(const unsigned char* s, std::size_t bytes,
+                                                                std::uint64_t pos) noexcept {
+    elias_entry_fields f;
+    std::uint64_t p = pos;
+    (void)elias_gamma(s, bytes, p, f.gap);
+    f.sign = static_cast<unsigned>(elias_peek(s, bytes, p) >> 63);
+    ++p;
+    (void)elias_gamma(s, bytes, p, f.level);
+    f.end = p;
+    return f;
+}
+
+/// What follows the last entry read at bit `pos` is padding (fewer than 8 zero bits): elias_parse's last check.
+[[nodiscard]] HITCH_HD_INLINE bool elias_only_padding(const unsigned char* s, std::size_t bytes,
+                                                      std::uint64_t pos) noexcept {
+    const std::uint64_t left = 8 * static_cast<std::uint64_t>(bytes) - pos;
+    return left < 8 && (left == 0 || (elias_peek(s, bytes, pos) >> (64 - left)) == 0);
+}
+
+/// The first failure of the parallel parse, as a key that orders entries first and, within an entry, the host's
+/// checks in their order: j * 4 + (0 decode, 1 index, 2 level).
+[[nodiscard]] HITCH_HD_INLINE constexpr std::uint64_t elias_failure_key(std::uint64_t j, unsigned check) noexcept {
+    return 4 * j + check;
+}
+
 /// What the host's decoder reports for a failed parse (the text after "<who>: corrupt message: "). Host code.
 [[nodiscard]] inline std::string elias_failure(const elias_status& st, std::uint64_t nnz, std::uint64_t n,
                                                std::uint32_t s) {
