@@ -214,9 +214,15 @@ public:
         /// Waits until `limit`; throws timeout_error naming the operation, peer and tag when it passes.
         void wait(const deadline& limit) {
             if (!op_) return;
+            // Spin, then yield, for at most a millisecond: on a busy machine each yield may give up a whole time
+            // slice, and thousands of them would hold a wait (a roll call's, after its deadline) for seconds.
+            const auto spin_until = deadline::clock::now() + std::chrono::milliseconds(1);
             for (int spin = 0; spin < 4000; ++spin) {
                 if (op_->status.load(std::memory_order_acquire) >= detail::op_done) return finish();
-                if (spin >= 256) std::this_thread::yield();
+                if (spin >= 256) {
+                    if (deadline::clock::now() >= spin_until) break;
+                    std::this_thread::yield();
+                }
             }
             {
                 std::unique_lock lock(op_->m);
