@@ -41,7 +41,7 @@ __global__ void ef_add_residual_kernel(const storage_t<T>* g, const float* resid
     if (refused) atomicOr(bad, 1u);
 }
 
-__global__ void ef_subtract_kernel(float* next, const float* decoded, std::size_t n) {
+static __global__ void ef_subtract_kernel(float* next, const float* decoded, std::size_t n) {
     for (std::size_t i = cuda::detail::grid_index(); i < n; i += cuda::detail::grid_stride())
         next[i] = hd::sub(next[i], decoded[i]);
 }

@@ -28,7 +28,7 @@ namespace hitch::cuda::compress::detail {
 
 /// Copies `bytes` bytes from `in` to `out` and writes each 16 KiB tile's contribution to the copy's raw CRC32C:
 /// thread t of a block moves and checksums slice t of a tile (16-byte loads and stores where both sides allow).
-__global__ void __launch_bounds__(crc_tile_threads)
+static __global__ void __launch_bounds__(crc_tile_threads)
     copy_checksum_kernel(const unsigned char* in, unsigned char* out, std::size_t bytes, std::uint32_t* contributions) {
     __shared__ crc32c_block::storage s;
     load_crc32c_tables(s);

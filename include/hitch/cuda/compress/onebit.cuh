@@ -95,7 +95,7 @@ __global__ void onebit_sign_kernel(const float* g, const float* r, onebit_plan p
 }
 
 /// runs[k] = the sum of blocks [k run, (k + 1) run) in order.
-__global__ void onebit_runs_kernel(const sign_sums* partials, onebit_plan plan, sign_sums* runs) {
+static __global__ void onebit_runs_kernel(const sign_sums* partials, onebit_plan plan, sign_sums* runs) {
     const std::size_t count = (plan.blocks + plan.run - 1) / plan.run;
     for (std::size_t k = cuda::detail::grid_index(); k < count; k += cuda::detail::grid_stride()) {
         sign_sums total;
@@ -106,7 +106,7 @@ __global__ void onebit_runs_kernel(const sign_sums* partials, onebit_plan plan, 
 }
 
 /// Each group's two means from its runs (in order), into the payload and `values`; *bad for a non-finite group.
-__global__ void onebit_pairs_kernel(const sign_sums* runs, onebit_plan plan, unsigned char* pairs, onebit_pair* values,
+static __global__ void onebit_pairs_kernel(const sign_sums* runs, onebit_plan plan, unsigned char* pairs, onebit_pair* values,
                                     std::uint32_t* bad) {
     for (std::size_t k = cuda::detail::grid_index(); k < plan.groups; k += cuda::detail::grid_stride()) {
         sign_sums total;
@@ -120,14 +120,14 @@ __global__ void onebit_pairs_kernel(const sign_sums* runs, onebit_plan plan, uns
     }
 }
 
-__global__ void onebit_residual_kernel(const float* g, const float* r_in, float* r_out, onebit_plan plan,
+static __global__ void onebit_residual_kernel(const float* g, const float* r_in, float* r_out, onebit_plan plan,
                                        const onebit_pair* values) {
     for (std::size_t i = cuda::detail::grid_index(); i < plan.n; i += cuda::detail::grid_stride())
         r_out[i] = onebit_residual(g[i], r_in[i], values[i / plan.size]);
 }
 
 /// The first group whose values the decoder refuses (atomicMin into *first).
-__global__ void onebit_check_kernel(const unsigned char* pairs, std::size_t groups, unsigned long long* first) {
+static __global__ void onebit_check_kernel(const unsigned char* pairs, std::size_t groups, unsigned long long* first) {
     for (std::size_t k = cuda::detail::grid_index(); k < groups; k += cuda::detail::grid_stride())
         if (onebit_pair_invalid(load_f32(pairs + 8 * k), load_f32(pairs + 8 * k + 4)))
             atomicMin(first, static_cast<unsigned long long>(k));

@@ -47,7 +47,7 @@ __global__ void moments_kernel(const float* g, const float* r, moment_plan plan,
 }
 
 /// totals[k] = group k's blocks added in order (moment_accumulate from zero), one thread per group.
-__global__ void moment_groups_kernel(const moments* partials, moment_plan plan, moments* totals) {
+static __global__ void moment_groups_kernel(const moments* partials, moment_plan plan, moments* totals) {
     for (std::size_t k = cuda::detail::grid_index(); k < plan.groups; k += cuda::detail::grid_stride()) {
         moments total;
         const std::size_t first = k * plan.per_group;

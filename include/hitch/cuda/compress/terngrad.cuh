@@ -60,7 +60,7 @@ struct max_u32 {
 
 /// tops[b] = the largest |g| of step block b, as float bits with the sign cleared (moments.hpp's max_abs_bits: bits
 /// at or above infinity's mean a NaN or an infinity); one block per step block.
-__global__ void __launch_bounds__(256) terngrad_tops_kernel(const float* g, std::size_t n, std::uint32_t* tops) {
+static __global__ void __launch_bounds__(256) terngrad_tops_kernel(const float* g, std::size_t n, std::uint32_t* tops) {
     using reduce = cub::BlockReduce<std::uint32_t, 256>;
     __shared__ typename reduce::TempStorage temp;
     const std::size_t blocks = (n + terngrad_step - 1) / terngrad_step;
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(256) terngrad_tops_kernel(const float* g, std:
 
 /// running[b] = the running maximum of step block b within its segment (one thread per segment); *bad for a NaN or
 /// an infinity.
-__global__ void terngrad_running_kernel(const std::uint32_t* tops, std::size_t blocks, float* running,
+static __global__ void terngrad_running_kernel(const std::uint32_t* tops, std::size_t blocks, float* running,
                                         std::uint32_t* bad) {
     constexpr std::size_t per_segment = terngrad_segment / terngrad_step;
     const std::size_t segments = (blocks + per_segment - 1) / per_segment;
@@ -96,7 +96,7 @@ __global__ void terngrad_running_kernel(const std::uint32_t* tops, std::size_t b
 }
 
 /// The payload's front: the scale (from its bits) and four zero bytes.
-__global__ void terngrad_front_kernel(const std::uint32_t* scale_bits, unsigned char* payload) {
+static __global__ void terngrad_front_kernel(const std::uint32_t* scale_bits, unsigned char* payload) {
     const std::uint32_t w = threadIdx.x == 0 ? *scale_bits : 0u;
     if (threadIdx.x < 2)
         for (int k = 0; k < 4; ++k) payload[4 * threadIdx.x + k] = static_cast<unsigned char>(w >> (8 * k));
@@ -112,7 +112,7 @@ __device__ __forceinline__ void store_codes2(unsigned char* out, std::uint32_t w
 }
 
 /// One-pass quantisation, thinning and packing: 16 elements per thread.
-__global__ void terngrad_one_pass_kernel(const float* g, std::size_t n, const float* running,
+static __global__ void terngrad_one_pass_kernel(const float* g, std::size_t n, const float* running,
                                          const std::uint32_t* scale_bits, std::uint64_t key, std::uint64_t thin_key,
                                          unsigned char* codes) {
     const counter_rng base(key), thin_base(thin_key);
@@ -135,7 +135,7 @@ __global__ void terngrad_one_pass_kernel(const float* g, std::size_t n, const fl
 }
 
 /// Two-pass setup: the bucket's scale and quantiser from its reductions, the scale into the payload.
-__global__ void terngrad_setup_kernel(const moments* total, std::size_t n, double clip_sigmas, unsigned char* payload,
+static __global__ void terngrad_setup_kernel(const moments* total, std::size_t n, double clip_sigmas, unsigned char* payload,
                                       quantizer* q, std::uint32_t* bad) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     const moments m = *total;
@@ -164,7 +164,7 @@ __global__ void terngrad_two_pass_kernel(const float* g, const float* r_in, floa
 }
 
 /// The first byte holding a code 01 (atomicMin).
-__global__ void terngrad_check_kernel(const unsigned char* codes, std::size_t bytes, unsigned long long* first) {
+static __global__ void terngrad_check_kernel(const unsigned char* codes, std::size_t bytes, unsigned long long* first) {
     for (std::size_t j = cuda::detail::grid_index(); j < bytes; j += cuda::detail::grid_stride()) {
         const unsigned c = codes[j];
         if ((c & 0x55u & ~(c >> 1)) != 0) atomicMin(first, static_cast<unsigned long long>(j));

@@ -85,7 +85,7 @@ __device__ __forceinline__ std::uint32_t crc32c_join_tile(std::uint32_t raw, std
 }
 
 /// contributions[tile] for every tile of the n bytes at p (grid-stride over tiles; any alignment of p).
-__global__ void __launch_bounds__(crc_tile_threads)
+static __global__ void __launch_bounds__(crc_tile_threads)
     crc32c_tiles_kernel(const unsigned char* p, std::size_t n, std::uint32_t* contributions) {
     __shared__ crc32c_block::storage s;
     load_crc32c_tables(s);

@@ -225,7 +225,7 @@ struct small_bytes {
     unsigned char b[64];
 };
 
-__global__ void store_small_kernel(unsigned char* to, small_bytes from, unsigned count) {
+static __global__ void store_small_kernel(unsigned char* to, small_bytes from, unsigned count) {
     for (unsigned i = threadIdx.x; i < count; i += blockDim.x) to[i] = from.b[i];
 }
 
@@ -247,7 +247,7 @@ struct header_words {
     std::uint32_t w[wire::header_bytes / 4];
 };
 
-__global__ void seal_kernel(std::uint32_t* head, header_words words, std::uint32_t head_shifted,
+static __global__ void seal_kernel(std::uint32_t* head, header_words words, std::uint32_t head_shifted,
                             const std::uint32_t* payload_raw) {
     const unsigned k = threadIdx.x;
     if (k < 7) head[k] = words.w[k];
