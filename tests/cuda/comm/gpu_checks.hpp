@@ -15,6 +15,7 @@
 #include "../../allreduce/reference.hpp"
 #include "../../comm/suite.hpp"
 #include "hitch/allreduce/allreduce.hpp"
+#include "hitch/cuda/allreduce/collectives.cuh"
 #include "hitch/cuda/nccl.hpp"
 
 namespace hitch_test {
@@ -164,6 +165,31 @@ inline void schedules_host(hitch::cuda::nccl& comm) {
             check(ar::rabenseifner{}, op, n);
             check(ar::binary_tree{}, op, n);
             check(ar::double_binary_tree{}, op, n);
+            check(ar::native{}, op, n);
+            check(ar::automatic{}, op, n);
+        }
+}
+
+/// hitch's collectives on GPU buffers over cuda::nccl (hitch/cuda/allreduce): the ring goes direct, its segments as
+/// NCCL transfers between device buffers (cuda::nccl carries device memory); the others are staged; every result
+/// against the serial reference.
+inline void schedules_device(hitch::cuda::nccl& comm) {
+    namespace ar = hitch::allreduce;
+    ar::group g(comm);
+    const auto value = [](int r, std::size_t i) { return exact_value<float>(r, i, 11); };
+    const auto check = [&](const auto& schedule, ar::reduce_op op, std::size_t n) {
+        device_array<float> d(n);
+        d.put(make_input<float>(comm.rank(), n, value));
+        ar::allreduce(g, hitch::tensor_view<float>(d.data(), n, hitch::memory_space::cuda), op, schedule);
+        const auto got = d.get();
+        const auto want = reference<float>(comm.size(), n, op, value);
+        expect(first_difference(std::span<const float>(got), std::span<const float>(want)) < 0,
+               std::string(std::decay_t<decltype(schedule)>::name) + " on GPU buffers over cuda::nccl differs");
+    };
+    for (std::size_t n : {std::size_t{1}, std::size_t{4099}, (std::size_t{1} << 22) + 5})
+        for (ar::reduce_op op : {ar::reduce_op::sum, ar::reduce_op::average, ar::reduce_op::max}) {
+            check(ar::ring{}, op, n);
+            check(ar::binary_tree{}, op, n);
             check(ar::native{}, op, n);
             check(ar::automatic{}, op, n);
         }

@@ -36,6 +36,7 @@ void everything(nccl& comm) {
         hitch_test::native_device<hitch::bfloat16>(comm, n);
     }
     hitch_test::schedules_host(comm);
+    hitch_test::schedules_device(comm);
     nccl sub = comm.split(comm.rank() % 2, comm.size() - comm.rank());
     hitch_test::device_messages(sub);
     hitch_test::native_device<float>(sub, 1000);
@@ -142,6 +143,7 @@ TEST_CASE("cuda::nccl on 2+ GPUs: every schedule against the reference, sub-comm
     REQUIRE_NOTHROW(hitch::cuda::run_nccl_local(p, [](nccl& comm) {
         hitch::cuda::detail::check(cudaSetDevice(comm.rank()), "cudaSetDevice");
         hitch_test::schedules_host(comm);
+        hitch_test::schedules_device(comm);
         nccl pairs = comm.split(comm.rank() / 2, comm.rank());
         hitch_test::device_messages(pairs);
         hitch_test::native_device<hitch::bfloat16>(pairs, 4099);

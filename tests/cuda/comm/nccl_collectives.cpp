@@ -247,7 +247,10 @@ TEST_CASE("automatic over cuda::nccl times native among its candidates", "[cuda]
     REQUIRE_NOTHROW(run_fake_nccl(3, [](nccl& comm, fake_nccl_world& world) {
         ar::group g(comm);
         std::vector<float> data(4096, 1.0f);
-        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, ar::automatic{});
+        ar::automatic::options_type generous;  // a slow host (a sanitizer) must still measure the first probes
+        generous.calibration_budget_s = 60;
+        generous.calibration_timeout_s = 120;
+        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, ar::automatic(generous));
         for (float x : data) expect(x == 3.0f, "automatic's sum");
         const auto profile = ar::automatic::measured_profile(g.state());
         expect(profile != nullptr && profile->measured > 0, "automatic calibrated");

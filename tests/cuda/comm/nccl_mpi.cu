@@ -37,6 +37,7 @@ TEST_CASE("cuda::nccl over comm::mpi: suite, device messages, deadlines, native 
         hitch_test::native_device<hitch::half>(comm, 1000);
         hitch_test::native_device<hitch::bfloat16>(comm, 1000);
         hitch_test::schedules_host(comm);
+        hitch_test::schedules_device(comm);
         nccl sub = comm.split(0, comm.size() - comm.rank());
         hitch_test::device_messages(sub);
         hitch_test::split_groups(comm);
