@@ -17,6 +17,17 @@
 // (topology nodes; 0 on the others), divided by p.
 // The results are checked on every rank against the exact sum.
 //
+// --model resnet50 | resnet101 | inception_v3 simulates whole training steps instead (simulate_step.hpp): a backward
+// pass of --compute-ms x --backward-share spread over the model's layers, each gradient bucket (--bucket-mb)
+// exchanged with the schedule on a thread of the rank as soon as its layers are done (off with --no-overlap), then
+// the step's agreement; timing only (one buffer shared by every rank) unless --real-data; --engine data_parallel runs
+// hitch::data_parallel itself (p of a few tens at most):
+//   {"bench":"simulate_step","model":"resnet50","topology":"nodes","schedule":"ring","p":64,"bucket_bytes":...,
+//    "buckets":...,"overlap":true,"compute_s":...,"step_s":...,"exposed_s":...,"efficiency":...,
+//    "relative_efficiency":...,"wall_s":...}
+// efficiency is compute / step (against one rank that never communicates); relative_efficiency is the first p's step
+// time over this one's (weak scaling from the first p, as Goyal et al. 2017 count from one server).
+//
 // --compare-local runs each schedule on comm::local as well (threads of this process, the message path) and on a
 // single switch with the alpha and beta automatic measured there, and prints the measured time (the median of 7,
 // slowest rank), the prediction and the prediction's relative error:
@@ -35,6 +46,7 @@
 #include "hitch/allreduce/allreduce.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/comm/simulated.hpp"
+#include "simulate_step.hpp"
 
 namespace {
 
@@ -55,6 +67,14 @@ struct settings {
     std::vector<std::size_t> bytes{std::size_t{1} << 20};
     std::vector<std::string> schedules{"ring", "recursive_doubling", "rabenseifner", "double_binary_tree"};
     double compute_ms = 0.0;
+    // --model
+    std::string model;
+    double backward_share = 2.0 / 3.0;
+    double bucket_mb = 25.0;
+    bool no_overlap = false;
+    bool real_data = false;
+    int steps = 2;
+    std::string engine = "model";
 };
 
 hitch::comm::simulated_network network_of(const settings& s) {
@@ -79,10 +99,11 @@ void with_schedule(const std::string& name, F&& f) {
     if (name == "binary_tree") return f(ar::binary_tree{});
     if (name == "double_binary_tree") return f(ar::double_binary_tree{});
     if (name == "hierarchical") return f(ar::hierarchical{});
+    if (name == "hierarchical_rabenseifner") return f(ar::hierarchical<ar::binary_tree, ar::rabenseifner>{});
     if (name == "automatic") return f(ar::automatic{});
     throw hitch::config_error("hitch-simulate: --schedule " + name +
                               " is not one of ring, recursive_doubling, rabenseifner, binary_tree, "
-                              "double_binary_tree, hierarchical, automatic");
+                              "double_binary_tree, hierarchical, hierarchical_rabenseifner, automatic");
 }
 
 template <class Schedule>
@@ -178,6 +199,49 @@ void compare_local(const std::string& name, const Schedule& schedule, int p, std
     std::fflush(stdout);
 }
 
+/// Whole training steps of a model (--model): one line per (schedule, p).
+void run_steps(const settings& s, const hitch::comm::simulated_network& net) {
+    hitch_bench::step_settings st;
+    st.model = hitch_bench::model_named(s.model);
+    if (st.model.tensors.empty())
+        throw hitch::config_error("hitch-simulate: --model " + s.model +
+                                  " is not one of resnet50, resnet101, inception_v3");
+    if (!(s.compute_ms > 0)) throw hitch::config_error("hitch-simulate: --model needs --compute-ms > 0");
+    st.compute_s = s.compute_ms * 1e-3;
+    st.backward_share = s.backward_share;
+    st.bucket_bytes = static_cast<std::size_t>(s.bucket_mb * (1 << 20));
+    st.overlap = !s.no_overlap;
+    st.steps = s.steps;
+    st.timing_only = !s.real_data;
+    if (s.engine == "data_parallel") {
+        st.engine = hitch_bench::step_settings::engine_kind::data_parallel;
+        st.timing_only = false;
+    } else if (s.engine != "model") {
+        throw hitch::config_error("hitch-simulate: --engine " + s.engine + " is not one of model, data_parallel");
+    }
+    for (const auto& name : s.schedules) {
+        double first = 0;
+        for (int p : s.ranks) {
+            with_schedule(name, [&](const auto& schedule) {
+                const auto wall_start = std::chrono::steady_clock::now();
+                const auto r = hitch_bench::simulate_step(p, net, st, schedule);
+                const double wall =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+                if (first == 0) first = r.step_s;
+                std::printf(
+                    "{\"bench\":\"simulate_step\",\"model\":\"%s\",\"engine\":\"%s\",\"topology\":\"%s\",\"schedule\":"
+                    "\"%s\","
+                    "\"p\":%d,\"bucket_bytes\":%zu,\"buckets\":%zu,\"overlap\":%s,\"compute_s\":%.9g,\"step_s\":%.9g,"
+                    "\"exposed_s\":%.9g,\"efficiency\":%.6g,\"relative_efficiency\":%.6g,\"wall_s\":%.3f}\n",
+                    s.model.c_str(), s.engine.c_str(), s.topology.c_str(), name.c_str(), p, st.bucket_bytes, r.buckets,
+                    st.overlap ? "true" : "false", st.compute_s, r.step_s, r.exposed_s, st.compute_s / r.step_s,
+                    first / r.step_s, wall);
+                std::fflush(stdout);
+            });
+        }
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +260,14 @@ int main(int argc, char** argv) {
     app.add_option("--bytes", s.bytes, "buffer sizes in bytes")->delimiter(',');
     app.add_option("--schedule", s.schedules, "schedules")->delimiter(',');
     app.add_option("--compute-ms", s.compute_ms, "compute per step before the all-reduce, ms");
+    app.add_option("--model", s.model, "simulate training steps of resnet50, resnet101 or inception_v3");
+    app.add_option("--backward-share", s.backward_share, "--model: the backward pass's share of --compute-ms");
+    app.add_option("--bucket-mb", s.bucket_mb, "--model: gradient bucket size, MiB");
+    app.add_flag("--no-overlap", s.no_overlap, "--model: exchange the buckets after the backward pass");
+    app.add_flag("--real-data", s.real_data, "--model: every rank its own buffers, messages carry their bytes");
+    app.add_option("--steps", s.steps, "--model: steps to run (the last is timed)");
+    app.add_option("--engine", s.engine,
+                   "--model: model (the step re-enacted) or data_parallel (hitch::data_parallel)");
     bool versus_local = false;
     app.add_flag("--compare-local", versus_local,
                  "run each schedule on comm::local too and predict it from the constants measured there");
@@ -209,6 +281,10 @@ int main(int argc, char** argv) {
             return 0;
         }
         const auto net = network_of(s);
+        if (!s.model.empty()) {
+            run_steps(s, net);
+            return 0;
+        }
         for (std::size_t bytes : s.bytes)
             for (int p : s.ranks)
                 for (const auto& name : s.schedules)

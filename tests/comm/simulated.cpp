@@ -305,3 +305,38 @@ TEST_CASE("comm::simulated: automatic calibrates on virtual time and measures th
     CHECK(a[0][2] <= beta);
     CHECK(a[0][2] > 0.9 * beta);
 }
+
+TEST_CASE("comm::simulated: messages from timing-only memory carry no bytes and take the same time",
+          "[comm][simulated]") {
+    constexpr std::size_t n = 100000;
+    std::vector<float> shared(2 * n, 3.0f);  // rank 0 sends from the first half; rank 1 receives into the second
+    simulated_options options;
+    options.timing_only_memory.push_back(std::as_bytes(std::span<const float>(shared)));
+    const auto run = [&](const simulated_options& o) {
+        return run_simulated(
+            2, net,
+            [&](simulated& comm) {
+                start_at(comm, t0);
+                float control = 0.0f;
+                if (comm.rank() == 0) {
+                    shared[0] = 7.0f;
+                    comm.send(std::span<const float>(shared.data(), n), 1, 0);
+                    control = 5.0f;
+                    comm.send(std::span<const float>(&control, 1), 1, 1);  // from elsewhere: carries its bytes
+                } else {
+                    shared[n] = 0.0f;
+                    comm.recv(std::span<float>(shared.data() + n, n), 0, 0);
+                    comm.recv(std::span<float>(&control, 1), 0, 1);
+                }
+                return std::pair<float, double>(comm.rank() == 1 ? shared[n] + control : 0.0f,
+                                                comm.virtual_time().count() - t0);
+            },
+            o);
+    };
+    const auto timing_only = run(options);
+    CHECK(timing_only[1].first == 5.0f);  // the bucket's first element stayed 0; the control message arrived
+    const auto with_data = run({});
+    CHECK(with_data[1].first == 12.0f);
+    CHECK(same_time(timing_only[1].second, with_data[1].second));
+    CHECK(same_time(with_data[1].second, alpha + (n + 1) * 4 * beta));  // the second waits for the first
+}

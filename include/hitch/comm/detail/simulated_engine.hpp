@@ -24,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -61,10 +62,12 @@ struct simulated_options {
     simulated_faults faults{};
     /// Keep every compute and wait span of every rank (simulation_report, write_chrome_trace).
     bool record_timeline = false;
-    /// False: messages carry sizes and times only, no bytes (a receive leaves its buffer as it was). For timing
-    /// studies too large for real data: every rank may then work in one buffer shared by all (their results are
-    /// meaningless; virtual times are the same as with data, unless a codec's message sizes depend on the values).
-    bool carry_data = true;
+    /// Memory whose contents do not matter: one buffer that every rank works in, in a timing study too large for
+    /// a copy per rank. A message sent from it carries its size and times but no bytes (a receive leaves its
+    /// buffer as it was); messages from anywhere else (agreement rounds, splits, a codec's encoded messages) keep
+    /// theirs. The results computed in it are meaningless; the virtual times are those of real data, wherever
+    /// message sizes do not depend on the values.
+    std::vector<std::span<const std::byte>> timing_only_memory;
     /// Stack of each simulated thread (reserved address space; memory is used only as deep as a thread goes).
     std::size_t stack_bytes = std::size_t{4} << 20;
 
@@ -98,6 +101,7 @@ struct sim_op {
     std::vector<std::byte> payload;           // an unmatched send's bytes, once its sender may reuse its buffer
     const std::byte* borrowed = nullptr;      // an unmatched send's bytes, still in the sender's buffer
     std::optional<std::size_t> corrupt_byte;  // simulated_faults::corrupted
+    bool contentless = false;                 // sent from simulated_options::timing_only_memory
     std::byte* into = nullptr;
     vtime done_at = vtime_never;  // when it completes, once known
     vtime arrival = 0;            // a send: when its last byte reaches the receiver
@@ -401,7 +405,7 @@ struct sim_world {
                 " with tag ", send.tag, " expected ", describe(recv), " but the message has ", describe(send));
             recv.state = sim_state::failed;
         } else {
-            if (send.bytes != 0 && options.carry_data) {
+            if (send.bytes != 0 && !send.contentless) {
                 std::memcpy(recv.into, send.borrowed != nullptr ? send.borrowed : send.payload.data(), send.bytes);
                 if (send.corrupt_byte) recv.into[*send.corrupt_byte % send.bytes] ^= std::byte{0x5a};
             }
@@ -418,7 +422,7 @@ struct sim_world {
     /// The sender may touch its buffer from now on: an unmatched send takes a copy of its bytes.
     void detach(sim_op& send) const {
         if (send.kind != sim_kind::send || !send.queued || send.borrowed == nullptr) return;
-        if (options.carry_data) send.payload.assign(send.borrowed, send.borrowed + send.bytes);
+        if (!send.contentless) send.payload.assign(send.borrowed, send.borrowed + send.bytes);
         send.borrowed = nullptr;
     }
 
@@ -438,6 +442,7 @@ struct sim_world {
             if (l.from == me.rank && l.to == to && (l.nth == nth || l.nth < 0)) return;
         // The bytes stay in the sender's buffer until a receive takes them or the sender may reuse it (detach).
         op->borrowed = data.data();
+        op->contentless = timing_only(data);
         for (const auto& c : options.faults.corrupted)
             if (c.from == me.rank && c.to == to && (c.nth == nth || c.nth < 0)) op->corrupt_byte = c.byte;
         sim_mailbox& box = *boxes[static_cast<std::size_t>(to)];
@@ -478,6 +483,16 @@ struct sim_world {
         q.erase(std::remove(q.begin(), q.end(), op), q.end());
         op->queued = false;
         op->state = sim_state::cancelled;
+    }
+
+    /// Whether `data` lies in simulated_options::timing_only_memory.
+    [[nodiscard]] bool timing_only(std::span<const std::byte> data) const {
+        const auto at = reinterpret_cast<std::uintptr_t>(data.data());
+        for (const auto& m : options.timing_only_memory) {
+            const auto from = reinterpret_cast<std::uintptr_t>(m.data());
+            if (at >= from && at + data.size() <= from + m.size()) return true;
+        }
+        return false;
     }
 
     static void remember(sim_rank& r, vtime now, const std::shared_ptr<sim_op>& op) {
