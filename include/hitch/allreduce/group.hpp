@@ -263,11 +263,13 @@ public:
         : comm_(parent.split(0, parent.rank())), timeout_s_(parent.timeout().count()) {
         stall.validate();
         attach_pipes(comm_, state_);  // processes on one node: the transport's staged path
-        if (!state_.shared_memory_refusal.empty() && watch.notice && comm_.rank() == 0) try {
+        if (!state_.shared_memory_refusal.empty() && watch.notice && first_on_node()) {
+            try {
                 watch.notice(detail::concat("hitch: shared memory refused (", state_.shared_memory_refusal,
                                             "); this group's calls take messages"));
             } catch (...) {  // the observer's own failure is not the group's
             }
+        }
         if constexpr (!has_clock<C>) {
             if (comm_.size() > 1) {
                 const bool reports = watch.stall && stall.warning_s > 0.0 && (stall.every_rank || comm_.rank() == 0);
@@ -397,6 +399,8 @@ public:
     [[nodiscard]] shared_state<C>& state() noexcept { return state_; }
 
 private:
+    /// True on the lowest rank of this rank's node (it speaks for the node).
+    [[nodiscard]] bool first_on_node() { return node_layout_of(comm_).local_rank(comm_.rank()) == 0; }
     static void validate(const call_options& options) {
         if (!(options.timeout_s >= 0.0 && options.timeout_s <= 1e9)) options.validate();  // throws
     }

@@ -96,7 +96,7 @@ struct stall_report {
 struct observer {
     std::function<void(const stall_report&)> stall;
     /// One line about something that works, but not as asked: "hitch: shared memory refused (...); this group's
-    /// calls take messages". Said once, on rank 0 of the group concerned.
+    /// calls take messages". Said once, by the lowest rank of the node concerned.
     std::function<void(const std::string&)> notice;
 };
 
