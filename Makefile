@@ -24,7 +24,8 @@ SANITIZER_FILES = $(CURDIR)/tests/sanitizers
 # [faults] cases, which mostly wait out deadlines, are left to test-tsan). AddressSanitizer + UndefinedBehaviorSanitizer:
 # comm::local and comm::agree (but its [abort] case, whose never-received in-place send keeps 40 bytes: see
 # tests/comm/local.cpp) and the group with the stall inspector; the readers of outside bytes run under both in the
-# fuzz tests. Measured on dev-2c: about 4 minutes with 2 jobs (docs/reliability.md).
+# fuzz tests. On dev-2c (2 cores): its builds took 300 s of CPU (about 150 s with 2 jobs), its runs 70 s: about 4
+# minutes in all.
 TSAN_FAST_TARGETS ?= hitch_test_parallel hitch_test_comm_local hitch_test_allreduce_collectives hitch_test_allreduce_stall
 TSAN_FAST_RUNS ?= parallel/hitch_test_parallel "comm/hitch_test_comm_local ~[faults]" \
 	"allreduce/hitch_test_allreduce_collectives [async]" allreduce/hitch_test_allreduce_stall
