@@ -3,6 +3,11 @@
 // schedule, communicator, device, parameter type). It owns the buckets and their worker thread, the master
 // weights, the optimizer, the loss scaler and, for parameter-server policies, the server runtime, and it models
 // the step contexts the sync policy drives (hitch/concepts/step_context.hpp).
+//
+// On a device the host cannot read (a GPU), the buckets, the intake of the gradients and the exchange come from the
+// device's own machinery (train/device_training.hpp: hitch/cuda/train/ for hitch::cuda::device), and everything else
+// here (the policy's step, agreement, accumulation windows, unused layers, joins, checkpoints, metrics) is shared:
+// the engine reaches device memory only through that machinery, the master weights and the optimizer.
 
 #include <algorithm>
 #include <atomic>
@@ -45,6 +50,7 @@
 #include "hitch/train/checkpoint.hpp"
 #include "hitch/train/checkpoint_agreement.hpp"
 #include "hitch/train/clipping.hpp"
+#include "hitch/train/device_training.hpp"
 #include "hitch/train/engine_checkpoint.hpp"
 #include "hitch/train/engine_interface.hpp"
 #include "hitch/train/gradient_exchange.hpp"
@@ -65,25 +71,44 @@ namespace train::detail {
 
 using hitch::detail::concat;
 
+/// The buckets and their exchange: gradient_exchange on host devices, the device's own machinery elsewhere.
+template <class D, bool Host = host_device<D>>
+struct bucket_store_of {
+    template <class X, class S, class C, class Param>
+    using type = gradient_exchange<X, S, C>;
+};
+template <class D>
+struct bucket_store_of<D, false> {
+    template <class X, class S, class C, class Param>
+    using type = typename device_training<D>::template gradients<X, S, C, Param>;
+};
+
+/// Whether data_parallel runs sync policy P on device D (the device path refuses the server and shared-memory
+/// policies at construction: train/device_training.hpp).
+template <class P, class D>
+inline constexpr bool runs_policy_on = host_device<D> || (!sync::server_policy<P> && !shared_memory_policy<P>);
+
 template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
 class engine final : public engine_base {
 public:
     using options_type = data_parallel_options<O, X, P, S>;
     using user_layer = typename master_weights<Param, D>::user_layer;
+    static constexpr bool on_host = host_device<D>;
+    using bucket_store = typename bucket_store_of<D>::template type<X, S, C, Param>;
+    using server_link_type = std::conditional_t<on_host, server_link<P, O, X, C, D>, no_server_link>;
 
     engine(C& comm, D& dev, std::vector<user_layer> layers, const options_type& options)
-        : options_((options.validate(), options)),
+        : options_((options.validate(), check_for_device(options), options)),
+          device_(begin_on(dev, options_)),
           control_(comm.split(0, comm.rank())),
           self_(asynchronous_policy<P> ? std::optional<C>(comm.split(comm.rank(), 0)) : std::nullopt),
           nodes_(node_layout_of(control_)),
           group_(comm, options_.observer, options_.stall),
           weights_(dev, agreed_layers(control_, std::move(layers))),
-          buckets_(group_, options_.compressor, weights_.layers(), options_.bucket_bytes, options_.check_collectives,
-                   options_.timeline, nodes_),
+          buckets_(make_buckets(dev)),
           policy_(options_.sync),
           timeline_(options_.timeline),
           pipeline_([this](std::size_t b) { run_bucket(b); }) {
-        static_assert(D::space == memory_space::host, "hitch::data_parallel runs on host devices (hitch::cpu)");
         static_assert(allreduce::check_schedule<S, C>());
         if (options_.broadcast_parameters && control_.size() > 1) {
             buckets_.broadcast_parameters(0);
@@ -91,20 +116,8 @@ public:
         }
         reports_.emplace(layers32(), options_.find_unused_layers);
         ready_in_bucket_.assign(buckets_.size(), 0);
-        if (options_.zero_stage != 0) {
-            if (!P::exchanges_gradients || asynchronous_policy<P>)
-                throw config_error(concat("hitch::data_parallel: option zero_stage = ", options_.zero_stage,
-                                          " shards the optimizer over ranks that exchange gradients every step; the "
-                                          "sync policy '",
-                                          P::name, "' does not (use sync::hard)"));
-            if (options_.zero_stage == 2 && !plain_float_v<X>)
-                throw config_error(concat("hitch::data_parallel: option zero_stage = 2 reduce-scatters plain FP32 ",
-                                          "gradients; the compressor '", X::name,
-                                          "' needs zero_stage = 1 (its exchange stays as it is)"));
-            buckets_.set_reduce_scatter(options_.zero_stage == 2);
-            own_pieces_ = buckets_.own_pieces();
-            if constexpr (master_weights<Param, D>::mixed_precision) weights_.shard(dev, own_pieces_);
-        }
+        if constexpr (on_host)  // the device path refused zero_stage (check_for_device)
+            start_zero(dev);
         if (options_.uneven_inputs && (!P::exchanges_gradients || asynchronous_policy<P>))
             throw config_error(concat("hitch::data_parallel: option uneven_inputs = true lets ranks join the steps ",
                                       "of ranks that all-reduce gradients every step; the sync policy '", P::name,
@@ -116,8 +129,8 @@ public:
             std::vector<hitch::layer>(weights_.optimizer_layers().begin(), weights_.optimizer_layers().end()), dev,
             options_.execution, std::move(pieces));
         if (options_.loss_scaling) scaler_.emplace(agreement(), options_.scaler);
-        intake_.emplace(weights_, scaler_, options_.accumulation_steps, options_.execution);
-        if constexpr (shared_memory_policy<P>) {
+        if constexpr (on_host) intake_.emplace(weights_, scaler_, options_.accumulation_steps, options_.execution);
+        if constexpr (shared_memory_policy<P> && on_host) {
             static_assert(shares_address_space<C>,
                           "hitch::data_parallel: this sync policy (Hogwild) updates one parameter array shared by "
                           "every rank; it needs a communicator whose ranks are threads of one process (comm::local)");
@@ -125,8 +138,12 @@ public:
                 shared_ = train::detail::shared_parameters::share(control_, layers32(), 1);
         }
         if (options_.overlap && P::exchanges_gradients) pipeline_.start(control_);
-        server_.start(comm, dev, layers32(), options_.optimizer, options_.compressor, policy_, options_.execution);
-        if (server_.active()) weights_.write_back();
+        if constexpr (on_host) {
+            server_.start(comm, dev, layers32(), options_.optimizer, options_.compressor, policy_, options_.execution);
+            if (server_.active()) weights_.write_back();
+        } else {
+            buckets_.end_step();  // what the model queues next follows the broadcast parameters
+        }
         waited_until_last_step_ = group_.waited();
         last_step_end_ = std::chrono::steady_clock::now();
     }
@@ -135,7 +152,11 @@ public:
 
     void gradient_ready(std::size_t layer) override {
         reports_->report(layer, step_);
-        if (options_.check_gradient_contract) reports_->crc(layer) = user_gradient_crc(layer);
+        if constexpr (on_host) {
+            if (options_.check_gradient_contract) reports_->crc(layer) = user_gradient_crc(layer);
+        } else {
+            buckets_.gradient_ready(layer);  // an event on the model's stream; the host does not wait
+        }
         mark_ready(layer);
     }
 
@@ -145,7 +166,7 @@ public:
                                       " is a dedicated parameter server; call serve() on it instead of step()"));
         if (server_.finished())
             throw config_error("hitch::data_parallel::step: this worker has finished (finish() was called)");
-        if (!intake_->at_boundary()) return accumulate(loss);
+        if (!intake().at_boundary()) return accumulate(loss);
         const auto start = std::chrono::steady_clock::now();
         compute_ms_ += ms(last_step_end_, start);
         if (step_ == 0 || !first_step_) first_step_ = window_start_.value_or(last_step_end_);
@@ -156,10 +177,14 @@ public:
         sync::step_result result;
         try {
             if (!joined_) count_training_ranks();  // join() counted before this step
-            result = policy_.step(*this);
+            if constexpr (runs_policy_on<P, D>)
+                result = policy_.step(*this);
+            else
+                throw std::logic_error("hitch::data_parallel: a sync policy the device refuses reached step()");
         } catch (...) {
             reset_step();
             end_window();
+            if constexpr (!on_host) buckets_.end_step();
             compute_ms_ = 0.0;
             (void)buckets_.take_bytes_sent();
             comm_ns_.store(0);
@@ -167,7 +192,7 @@ public:
             throw;
         }
         reset_step();
-        const std::uint64_t micro_batches = intake_->taken() + 1;
+        const std::uint64_t micro_batches = intake().taken() + 1;
         if (loss) {
             loss_sum_ += *loss;
             ++losses_;
@@ -176,6 +201,7 @@ public:
             losses_ == 0 ? std::nullopt : std::optional<double>(loss_sum_ / static_cast<double>(losses_));
         end_window();
         if (!buffers_.empty() && result.synchronized) sync_buffers(false);
+        if constexpr (!on_host) buckets_.end_step();  // the model's stream follows the updated parameters
         ++step_;
         ++since_replica_check_;
         if (options_.replica_check_interval != 0 && result.synchronized &&
@@ -213,7 +239,7 @@ public:
         return options_.learning_rate(step_, options_.steps_per_epoch);
     }
     [[nodiscard]] float loss_scale() const override { return scaler_ ? scaler_->scale() : 1.0f; }
-    [[nodiscard]] bool accumulation_boundary() const override { return intake_->at_boundary(); }
+    [[nodiscard]] bool accumulation_boundary() const override { return intake().at_boundary(); }
 
     void register_buffers(std::vector<buffer> buffers) override {
         require_idle("register_buffers");
@@ -222,7 +248,7 @@ public:
                                       "' lets ranks step on their own, so there is no step at which buffers could be "
                                       "made to agree; use a synchronous policy (hard, local_sgd)"));
         } else {
-            buffers_.add(control_, std::move(buffers));
+            buffers_.add(control_, std::move(buffers), D::space);
             sync_buffers(true);  // every rank starts from rank 0's values, as DDP's constructor makes them
         }
     }
@@ -266,11 +292,16 @@ public:
         const std::uint64_t generation = server_.active() ? 0 : agree_on_generation(control_);
         checkpoint_writer w;
         write_meta(w, identity(), {step_, generation});
-        write_parameters(w, weights_.optimizer_layers());
-        if (weights_.sharded()) write_model_parameters(w, weights_.model_parameters());
+        write_parameters(w, weights_.optimizer_layers(), copies());
+        if constexpr (on_host)
+            if (weights_.sharded()) write_model_parameters(w, weights_.model_parameters());
         w.add_stream("hitch.optimizer", [&](std::ostream& os) { optimizer_->save(os); });
-        write_codec_states(w, buckets_.codec(), buckets_.size(),
-                           [&](std::size_t b) -> const auto& { return *buckets_[b].codec_state; });
+        if constexpr (on_host)
+            write_codec_states(w, buckets_.codec(), buckets_.size(),
+                               [&](std::size_t b) -> const auto& { return *buckets_[b].codec_state; });
+        else
+            write_codec_blobs(w, buckets_.size(),
+                              [&](std::size_t b, std::vector<std::byte>& one) { buckets_.save_codec_state(b, one); });
         if (scaler_) write_scaler(w, scaler_->state());
         write_sync(w, policy_);
         write_schedule(w, options_.schedule);
@@ -301,6 +332,7 @@ public:
                 if (!agreed) agree_on_files(control_, prefix.string(), {}, std::current_exception());
                 throw;
             }
+            if constexpr (!on_host) buckets_.end_step();  // the model's stream follows the loaded parameters
             return std::move(*r);
         }
         // A parameter server: every worker and every server checks its part before anyone commits.
@@ -326,12 +358,14 @@ public:
         settle_reports();
         for (std::size_t k = 0; k < layers32().size(); ++k) mark_ready(k);
         pipeline_.finish();
+        if constexpr (!on_host) buckets_.hand_over();  // the optimizer's stream follows the exchanged gradients
         return agree_on_step(control_);
     }
 
     bool check_local_gradients() {
         settle_reports();
         for (std::size_t b = 0; b < buckets_.size(); ++b) prepare_bucket(b, /*pack=*/false);
+        if constexpr (!on_host) buckets_.hand_over();
         return agree_on_step(control_);
     }
 
@@ -340,8 +374,21 @@ public:
         const std::span<const unsigned char> skip = unused_everywhere();
         rescale_for_joined_ranks(skip);
         if (options_.clip_grad_norm > 0.0) clip_gradients(skip);
-        optimizer_->step(static_cast<float>(lr_), skip, [&](std::span<double> sums) { sum_over_ranks(sums); });
-        weights_.write_back();  // sharded: this rank's pieces only
+        const auto update = [&] {
+            optimizer_->step(static_cast<float>(lr_), skip, [&](std::span<double> sums) { sum_over_ranks(sums); });
+            weights_.write_back();  // sharded: this rank's pieces only
+        };
+        if constexpr (on_host)
+            update();
+        else
+            buckets_.device_span("optimizer", update);  // a span of the device's own time on the timeline
+        if constexpr (on_host) allgather_shards();
+    }
+
+    /// ZeRO: every rank gets every rank's updated pieces of the parameters.
+    void allgather_shards()
+        requires on_host
+    {
         if (optimizer_->sharded()) {
             auto gather = trace("all-gather parameters", "comm");
             const auto start = std::chrono::steady_clock::now();
@@ -369,18 +416,30 @@ public:
         comm_ns_ += ns(start, std::chrono::steady_clock::now());
     }
 
-    // parameter_context
-    [[nodiscard]] std::span<const hitch::layer> parameters() const noexcept { return layers32(); }
+    // parameter_context. On a device the host cannot read, a policy reads and rewrites host copies of the FP32
+    // parameters: parameters() copies them from the device, parameters_changed() copies them back.
+    [[nodiscard]] std::span<const hitch::layer> parameters() {
+        if constexpr (on_host) {
+            return layers32();
+        } else {
+            refresh_host_parameters();
+            return host_layers_;
+        }
+    }
     void average(std::span<float> buffer) {
         auto span = trace("average", "comm");
         const auto start = std::chrono::steady_clock::now();
         buckets_.average(tensor_view<float>(buffer.data(), buffer.size()), options_.schedule);
         comm_ns_ += ns(start, std::chrono::steady_clock::now());
     }
-    void parameters_changed() { weights_.write_back(); }
+    void parameters_changed() {
+        if constexpr (!on_host) restore_host_parameters();
+        weights_.write_back();
+    }
     bool prepare_local_gradients() {
         settle_reports();
         for (std::size_t b = 0; b < buckets_.size(); ++b) prepare_bucket(b, /*pack=*/false);
+        if constexpr (!on_host) buckets_.hand_over();
         return agree_on_step(agreement());
     }
 
@@ -398,7 +457,7 @@ public:
 
     // server_context (parameter-server policies)
     sync::server_reply exchange_with_server(const sync::server_request& request)
-        requires server_link<P, O, X, C, D>::possible
+        requires server_link_type::possible
     {
         if (request.push_gradients && options_.clip_grad_norm > 0.0) clip_gradients({});
         auto span = trace("parameter server", "comm");
@@ -412,6 +471,106 @@ public:
 private:
     using bucket = typename gradient_exchange<X, S, C>::bucket;
 
+    // ---- the device ---------------------------------------------------------------------------------------------
+
+    /// Refuses, before anything is built, what the device does not run (train/device_training.hpp).
+    static bool check_for_device(const options_type& o) {
+        if constexpr (on_host)
+            check_host_options(o, D::name);
+        else
+            check_device_options(o, D::name);
+        return true;
+    }
+    /// The device, once the work queued on the model's stream (its parameters) is done.
+    static D* begin_on(D& dev, const options_type& o) {
+        if constexpr (!on_host) device_training<D>::begin(dev, o.compute_stream);
+        return &dev;
+    }
+    bucket_store make_buckets(D& dev) {
+        if constexpr (on_host) {
+            return bucket_store(group_, options_.compressor, weights_.layers(), options_.bucket_bytes,
+                                options_.check_collectives, options_.timeline, nodes_);
+        } else {
+            device_settings s;
+            s.bucket_bytes = options_.bucket_bytes;
+            s.check_collectives = options_.check_collectives;
+            s.trace = options_.timeline;
+            s.nodes = nodes_;
+            s.window = options_.accumulation_steps;
+            s.compute_stream = options_.compute_stream;
+            return bucket_store(dev, group_, options_.compressor, options_.schedule, weights_, s);
+        }
+    }
+    /// ZeRO (options.zero_stage): the reduce-scatter and this rank's pieces of the buckets.
+    void start_zero(D& dev)
+        requires on_host
+    {
+        if (options_.zero_stage == 0) return;
+        if (!P::exchanges_gradients || asynchronous_policy<P>)
+            throw config_error(concat("hitch::data_parallel: option zero_stage = ", options_.zero_stage,
+                                      " shards the optimizer over ranks that exchange gradients every step; the "
+                                      "sync policy '",
+                                      P::name, "' does not (use sync::hard)"));
+        if (options_.zero_stage == 2 && !plain_float_v<X>)
+            throw config_error(concat("hitch::data_parallel: option zero_stage = 2 reduce-scatters plain FP32 ",
+                                      "gradients; the compressor '", X::name,
+                                      "' needs zero_stage = 1 (its exchange stays as it is)"));
+        buckets_.set_reduce_scatter(options_.zero_stage == 2);
+        own_pieces_ = buckets_.own_pieces();
+        if constexpr (master_weights<Param, D>::mixed_precision) weights_.shard(dev, own_pieces_);
+    }
+
+    /// The accumulation window's bookkeeping: the host intake's, or the device machinery's.
+    [[nodiscard]] auto& intake() noexcept {
+        if constexpr (on_host)
+            return *intake_;
+        else
+            return buckets_;
+    }
+    [[nodiscard]] const auto& intake() const noexcept {
+        if constexpr (on_host)
+            return *intake_;
+        else
+            return buckets_;
+    }
+
+    /// Copies between the layers' memory and the host (checkpoints, buffers).
+    struct device_copies {
+        D* dev;
+        void to_host(void* dst, const void* src, std::size_t bytes) const {
+            if (bytes != 0) dev->copy_to_host(dst, src, bytes);
+        }
+        void from_host(void* dst, const void* src, std::size_t bytes) const {
+            if (bytes != 0) dev->copy_from_host(dst, src, bytes);
+        }
+    };
+    [[nodiscard]] auto copies() const noexcept {
+        if constexpr (on_host)
+            return memcpy_copies{};
+        else
+            return device_copies{device_};
+    }
+
+    /// parameter_context on a device: host copies of the FP32 parameters (waits for the device's stream).
+    void refresh_host_parameters() {
+        if (host_layers_.empty()) {
+            host_values_.resize(layers32().size());
+            for (std::size_t k = 0; k < layers32().size(); ++k) {
+                const hitch::layer& l = layers32()[k];
+                host_values_[k].assign(l.size(), 0.0f);
+                host_layers_.push_back({l.name, hitch::view(host_values_[k]), {}, l.flags, l.rows});
+            }
+        }
+        for (std::size_t k = 0; k < layers32().size(); ++k)
+            copies().to_host(host_values_[k].data(), layers32()[k].params.data(), layers32()[k].size() * sizeof(float));
+    }
+    void restore_host_parameters() {
+        if (host_layers_.empty()) return;  // parameters() was never asked for: nothing was rewritten
+        for (std::size_t k = 0; k < layers32().size(); ++k)
+            copies().from_host(layers32()[k].params.data(), host_values_[k].data(),
+                               layers32()[k].size() * sizeof(float));
+    }
+
     /// Restores everything of this rank's own checkpoint file; validates every section before it changes anything.
     void load_from(const checkpoint_reader& r,
                    const std::function<void(const checkpoint_position&)>& before_change = nullptr);
@@ -421,7 +580,7 @@ private:
     C& agreement() noexcept { return self_ ? *self_ : control_; }
 
     static std::vector<user_layer> agreed_layers(C& control, std::vector<user_layer> layers) {
-        check_layers_locally(std::span<const user_layer>(layers));
+        check_layers_locally(std::span<const user_layer>(layers), D::space, D::name);
         agree_on_layers(control, std::span<const user_layer>(layers), dtype_of<Param>());
         return layers;
     }
@@ -454,7 +613,7 @@ private:
     /// Layer k's gradient is final; launches, in order, every bucket whose layers all are.
     void mark_ready(std::size_t layer) {
         if (!reports_->mark(layer)) return;
-        if (!P::exchanges_gradients || !intake_->at_boundary()) return;
+        if (!P::exchanges_gradients || !intake().at_boundary()) return;
         ++ready_in_bucket_[buckets_.bucket_of(layer)];
         std::size_t end = pipeline_.launched();
         while (end < buckets_.size() && ready_in_bucket_[end] == buckets_.plan(end).layers.size()) ++end;
@@ -482,14 +641,15 @@ private:
         reports_->reset();
         std::fill(ready_in_bucket_.begin(), ready_in_bucket_.end(), 0);
         pipeline_.reset();
+        if constexpr (!on_host) buckets_.reset_events();  // the worker is idle now
     }
 
     void require_idle(std::string_view what) const {
         if (reports_->reported() || pipeline_.launched() != 0)
             throw config_error(concat("hitch::data_parallel::", what,
                                       ": a step is in progress (gradient_ready was called); call it between steps"));
-        if (intake_->taken() != 0)
-            throw config_error(concat("hitch::data_parallel::", what, ": ", intake_->taken(), " of ", intake_->window(),
+        if (intake().taken() != 0)
+            throw config_error(concat("hitch::data_parallel::", what, ": ", intake().taken(), " of ", intake().window(),
                                       " micro-batches of an accumulation window are added up; ",
                                       "call it after the window's last step()"));
     }
@@ -501,7 +661,10 @@ private:
 
     void end_window();
 
-    void settle_reports() { reports_->settle(step_, control_.rank()); }
+    void settle_reports() {
+        reports_->settle(step_, control_.rank());
+        if constexpr (!on_host) buckets_.settle_events();  // layers not reported share one event, recorded now
+    }
 
     // ---- uneven inputs (train/join.hpp) ------------------------------------------------------------------------
 
@@ -534,6 +697,7 @@ private:
     void check_replicas();
 
     options_type options_;
+    D* device_;                  // the device the layers live on
     C control_;                  // agreement traffic (layer checks, overflow flags, replica hashes)
     std::optional<C> self_;      // asynchronous policies: this rank alone, for per-rank agreement
     node_layout nodes_;          // which node each rank runs on (local_rank, local_size)
@@ -541,7 +705,7 @@ private:
     int training_ranks_ = 0;     // uneven_inputs: ranks that trained in this step (0 when not counted)
     allreduce::group<C> group_;  // gradient and parameter collectives
     master_weights<Param, D> weights_;
-    gradient_exchange<X, S, C> buckets_;
+    bucket_store buckets_;
     std::optional<layer_reports> reports_;      // which layers gradient_ready reported in this micro-batch
     std::vector<std::size_t> ready_in_bucket_;  // per bucket: how many of its layers are ready
     P policy_;
@@ -552,6 +716,8 @@ private:
     buffer_set<C> buffers_;
     timeline* timeline_;
     train::detail::shared_parameters shared_;
+    std::vector<std::vector<float>> host_values_;  // a device's parameter_context: host copies of the parameters
+    std::vector<hitch::layer> host_layers_;        // and their layers
 
     std::uint64_t step_ = 0;
     std::uint64_t since_replica_check_ = 0;
@@ -569,8 +735,8 @@ private:
     std::chrono::steady_clock::time_point last_step_end_;
     std::optional<std::chrono::steady_clock::time_point> first_step_;
 
-    server_link<P, O, X, C, D> server_;  // after what it uses (the master layers): destroyed before them
-    bucket_pipeline<C> pipeline_;        // last: destroyed first, so its worker stops before what it uses goes
+    server_link_type server_;      // after what it uses (the master layers): destroyed before them
+    bucket_pipeline<C> pipeline_;  // last: destroyed first, so its worker stops before what it uses goes
 };
 
 }  // namespace train::detail

@@ -122,11 +122,26 @@ inline void write_meta(checkpoint_writer& w, const checkpoint_identity& id, cons
     return at;
 }
 
-inline void write_parameters(checkpoint_writer& w, std::span<const hitch::layer> layers) {
-    std::vector<std::byte> params;
+/// Copies between host memory and host memory (the parameter sections' default); a device the host cannot read
+/// passes its own copies.
+struct memcpy_copies {
+    void to_host(void* dst, const void* src, std::size_t bytes) const {
+        if (bytes != 0) std::memcpy(dst, src, bytes);
+    }
+    void from_host(void* dst, const void* src, std::size_t bytes) const {
+        if (bytes != 0) std::memcpy(dst, src, bytes);
+    }
+};
+
+template <class Copies = memcpy_copies>
+void write_parameters(checkpoint_writer& w, std::span<const hitch::layer> layers, const Copies& copies = {}) {
+    std::size_t total = 0;
+    for (const hitch::layer& l : layers) total += l.size();
+    std::vector<std::byte> params(total * sizeof(float));
+    std::size_t at = 0;
     for (const hitch::layer& l : layers) {
-        const auto bytes = std::as_bytes(std::span<const float>(l.params.data(), l.size()));
-        params.insert(params.end(), bytes.begin(), bytes.end());
+        copies.to_host(params.data() + at, l.params.data(), l.size() * sizeof(float));
+        at += l.size() * sizeof(float);
     }
     w.add("hitch.params", std::move(params));
 }
@@ -143,10 +158,12 @@ inline void write_parameters(checkpoint_writer& w, std::span<const hitch::layer>
     return params;
 }
 
-inline void restore_parameters(std::span<const std::byte> params, std::span<const hitch::layer> layers) {
+template <class Copies = memcpy_copies>
+void restore_parameters(std::span<const std::byte> params, std::span<const hitch::layer> layers,
+                        const Copies& copies = {}) {
     std::size_t at = 0;
     for (const hitch::layer& l : layers) {
-        std::memcpy(l.params.data(), params.data() + at, l.size() * sizeof(float));
+        copies.from_host(l.params.data(), params.data() + at, l.size() * sizeof(float));
         at += l.size() * sizeof(float);
     }
 }
@@ -184,13 +201,14 @@ void restore_model_parameters(std::span<const std::byte> blob, const std::vector
     }
 }
 
-/// `state_of(b)` is bucket b's aggregation state.
-template <compressor X, class StateOf>
-void write_codec_states(checkpoint_writer& w, const X& codec, std::size_t buckets, StateOf&& state_of) {
+/// The codec section from `save(b, blob)`, which appends bucket b's aggregation-state blob (compress::save_state's
+/// form, whichever memory the state lives in).
+template <class SaveBlob>
+void write_codec_blobs(checkpoint_writer& w, std::size_t buckets, SaveBlob&& save) {
     std::vector<std::byte> blob;
     for (std::size_t b = 0; b < buckets; ++b) {
         std::vector<std::byte> one;  // the codec's state and the compressed ring's residual, checksummed
-        compress::save_state(codec, state_of(b), one);
+        save(b, one);
         const std::uint64_t n = one.size();
         const auto* p = reinterpret_cast<const std::byte*>(&n);
         blob.insert(blob.end(), p, p + sizeof(n));
@@ -199,13 +217,10 @@ void write_codec_states(checkpoint_writer& w, const X& codec, std::size_t bucket
     w.add("hitch.compressor", std::move(blob));
 }
 
-/// Every bucket's saved aggregation state, each loaded into a fresh `make_state(b)`.
-template <compressor X, class MakeState>
-[[nodiscard]] std::vector<std::optional<compress::aggregation_state<X>>> read_codec_states(const checkpoint_reader& r,
-                                                                                           const X& codec,
-                                                                                           std::size_t buckets,
-                                                                                           MakeState&& make_state) {
-    std::vector<std::optional<compress::aggregation_state<X>>> states(buckets);
+/// Hands bucket b's saved blob to `load(b, bytes)`, which checks it (corrupt_message_error) and keeps what it read
+/// aside; the section's framing is checked here.
+template <class LoadBlob>
+void read_codec_blobs(const checkpoint_reader& r, std::size_t buckets, LoadBlob&& load) {
     const auto blob = r.section("hitch.compressor");
     std::size_t at = 0;
     const auto take = [&](std::uint64_t n) {
@@ -215,17 +230,36 @@ template <compressor X, class MakeState>
         return part;
     };
     for (std::size_t b = 0; b < buckets; ++b) {
-        states[b].emplace(make_state(b));
         std::uint64_t n = 0;
         const auto length = take(sizeof(n));
         std::memcpy(&n, length.data(), sizeof(n));
         try {
-            compress::load_state(codec, take(n), *states[b]);
+            load(b, take(n));
         } catch (const corrupt_message_error& e) {
             throw corrupt_message_error(load_error(r.path(), concat("bucket ", b, " compressor state: ", e.what())));
         }
     }
     if (at != blob.size()) throw corrupt_message_error(load_error(r.path(), "compressor section has trailing bytes"));
+}
+
+/// `state_of(b)` is bucket b's aggregation state.
+template <compressor X, class StateOf>
+void write_codec_states(checkpoint_writer& w, const X& codec, std::size_t buckets, StateOf&& state_of) {
+    write_codec_blobs(
+        w, buckets, [&](std::size_t b, std::vector<std::byte>& one) { compress::save_state(codec, state_of(b), one); });
+}
+
+/// Every bucket's saved aggregation state, each loaded into a fresh `make_state(b)`.
+template <compressor X, class MakeState>
+[[nodiscard]] std::vector<std::optional<compress::aggregation_state<X>>> read_codec_states(const checkpoint_reader& r,
+                                                                                           const X& codec,
+                                                                                           std::size_t buckets,
+                                                                                           MakeState&& make_state) {
+    std::vector<std::optional<compress::aggregation_state<X>>> states(buckets);
+    read_codec_blobs(r, buckets, [&](std::size_t b, std::span<const std::byte> bytes) {
+        states[b].emplace(make_state(b));
+        compress::load_state(codec, bytes, *states[b]);
+    });
     return states;
 }
 

@@ -25,9 +25,15 @@ void engine<O, X, P, S, C, D, Param>::load_from(const checkpoint_reader& r,
     const checkpoint_position saved = read_meta(r, identity());
     const auto params = read_parameters(r, weights_.optimizer_layers());
     std::span<const std::byte> model_params;
-    if (weights_.sharded()) model_params = read_model_parameters(r, weights_.model_parameters());
-    auto codec_states = read_codec_states(r, buckets_.codec(), buckets_.size(),
-                                          [&](std::size_t b) { return buckets_.make_codec_state(b); });
+    if constexpr (on_host)
+        if (weights_.sharded()) model_params = read_model_parameters(r, weights_.model_parameters());
+    auto codec_states = [&] {
+        if constexpr (on_host)
+            return read_codec_states(r, buckets_.codec(), buckets_.size(),
+                                     [&](std::size_t b) { return buckets_.make_codec_state(b); });
+        else
+            return buckets_.read_codec_states(r);  // checked, kept aside until the commit below
+    }();
     std::optional<amp::loss_scaler_state> scaler_state;
     if (scaler_) scaler_state = read_scaler(r, options_.scaler);
     P policy = read_sync(r, policy_);
@@ -37,16 +43,20 @@ void engine<O, X, P, S, C, D, Param>::load_from(const checkpoint_reader& r,
         auto stream = r.stream("hitch.optimizer");
         optimizer_->load(stream);
     }
-    restore_parameters(params, weights_.optimizer_layers());
-    if (weights_.sharded()) restore_model_parameters(model_params, weights_.model_parameters());
+    restore_parameters(params, weights_.optimizer_layers(), copies());
+    if constexpr (on_host)
+        if (weights_.sharded()) restore_model_parameters(model_params, weights_.model_parameters());
     weights_.write_back();
-    for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].codec_state = std::move(codec_states[b]);
+    if constexpr (on_host)
+        for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].codec_state = std::move(codec_states[b]);
+    else
+        buckets_.commit_codec_states(std::move(codec_states));
     if (scaler_state) scaler_->set_state(*scaler_state);
     policy_ = std::move(policy);
     if constexpr (stateful_schedule<S>)
         if (schedule) options_.schedule = std::move(*schedule);
     step_ = saved.step;
-    if constexpr (shared_memory_policy<P> && shares_address_space<C>) shared_.refill(control_, layers32());
+    if constexpr (shared_memory_policy<P> && shares_address_space<C> && on_host) shared_.refill(control_, layers32());
 }
 
 /// Unscales (loss scaling), converts (mixed precision) and checks this rank's gradients of bucket b, and packs
@@ -55,24 +65,31 @@ void engine<O, X, P, S, C, D, Param>::load_from(const checkpoint_reader& r,
 template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
 void engine<O, X, P, S, C, D, Param>::prepare_bucket(std::size_t b, bool pack) {
     auto span = trace(concat("prepare bucket ", b), "pack");
-    bucket& bk = buckets_[b];
-    const bucket_plan& plan = buckets_.plan(b);
-    bk.local_bad = false;
-    bk.report = {};
-    for (std::size_t i = 0; i < plan.layers.size(); ++i) {
-        const std::size_t k = plan.layers[i];
-        const hitch::layer& l = layers32()[k];
-        if (options_.check_gradient_contract && reports_->reported() && !reports_->unused(k) &&
-            user_gradient_crc(k) != reports_->crc(k))
-            throw config_error(concat("hitch::data_parallel: layer ", k, " ('", l.name, "') changed after ",
-                                      "gradient_ready(", k, ") in step ", step_, " on rank ", control_.rank(),
-                                      ": a gradient must stay as it is from gradient_ready until it is sent"));
-        const intake_verdict v = intake_->take(k, reports_->unused(k));
-        bk.local_bad |= v.bad;
-        if (bk.report.layer < 0) bk.report = v.report;
-        if (pack) std::memcpy(bk.data.data() + plan.offsets[i], l.grads.data(), l.size() * sizeof(float));
+    if constexpr (!on_host) {
+        // The device machinery does the same per layer, on the device (its stream waits for the layers' events).
+        buckets_.prepare(b, pack, scaler_ ? std::optional<float>(scaler_->inverse_scale()) : std::nullopt,
+                         [&](std::size_t k) { return reports_->unused(k); });
+        return;
+    } else {
+        bucket& bk = buckets_[b];
+        const bucket_plan& plan = buckets_.plan(b);
+        bk.local_bad = false;
+        bk.report = {};
+        for (std::size_t i = 0; i < plan.layers.size(); ++i) {
+            const std::size_t k = plan.layers[i];
+            const hitch::layer& l = layers32()[k];
+            if (options_.check_gradient_contract && reports_->reported() && !reports_->unused(k) &&
+                user_gradient_crc(k) != reports_->crc(k))
+                throw config_error(concat("hitch::data_parallel: layer ", k, " ('", l.name, "') changed after ",
+                                          "gradient_ready(", k, ") in step ", step_, " on rank ", control_.rank(),
+                                          ": a gradient must stay as it is from gradient_ready until it is sent"));
+            const intake_verdict v = intake_->take(k, reports_->unused(k));
+            bk.local_bad |= v.bad;
+            if (bk.report.layer < 0) bk.report = v.report;
+            if (pack) std::memcpy(bk.data.data() + plan.offsets[i], l.grads.data(), l.size() * sizeof(float));
+        }
+        if (pack && bk.local_bad) std::fill(bk.data.begin(), bk.data.end(), 0.0f);
     }
-    if (pack && bk.local_bad) std::fill(bk.data.begin(), bk.data.end(), 0.0f);
 }
 
 template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
@@ -103,6 +120,7 @@ void engine<O, X, P, S, C, D, Param>::run_bucket(std::size_t b) {
 /// CRC32C of layer k's gradient as the user holds it (the low-precision one under mixed precision).
 template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
 std::uint32_t engine<O, X, P, S, C, D, Param>::user_gradient_crc(std::size_t k) const {
+    static_assert(on_host, "the device path refuses check_gradient_contract");
     if constexpr (master_weights<Param, D>::mixed_precision) {
         const auto& g = weights_.user_layers()[k].grads;
         return crc32c_of(std::as_bytes(std::span(g.data(), g.size())));
@@ -155,14 +173,20 @@ step_metrics engine<O, X, P, S, C, D, Param>::accumulate(std::optional<double> l
     try {
         settle_reports();
         auto span = trace("accumulate", "compute");
-        for (std::size_t k = 0; k < layers32().size(); ++k) intake_->add(k, reports_->unused(k));
+        if constexpr (on_host)
+            for (std::size_t k = 0; k < layers32().size(); ++k) intake_->add(k, reports_->unused(k));
+        else
+            buckets_.accumulate(scaler_ ? std::optional<float>(scaler_->inverse_scale()) : std::nullopt,
+                                [&](std::size_t k) { return reports_->unused(k); });
     } catch (...) {
         reset_step();
         end_window();
+        if constexpr (!on_host) buckets_.end_step();
         throw;
     }
-    intake_->micro_batch_done();
+    intake().micro_batch_done();
     reset_step();
+    if constexpr (!on_host) buckets_.end_step();  // the next micro-batch's backward follows what read its gradients
     if (loss) {
         loss_sum_ += *loss;
         ++losses_;
@@ -174,7 +198,7 @@ step_metrics engine<O, X, P, S, C, D, Param>::accumulate(std::optional<double> l
     m.loss = loss;
     m.lr = options_.learning_rate(step_, options_.steps_per_epoch);
     m.loss_scale = scaler_ ? static_cast<double>(scaler_->scale()) : 1.0;
-    m.micro_batches = intake_->taken();
+    m.micro_batches = intake().taken();
     m.accumulated = true;
     last_step_end_ = std::chrono::steady_clock::now();
     m.compute_ms = own_compute_ms;
@@ -184,7 +208,7 @@ step_metrics engine<O, X, P, S, C, D, Param>::accumulate(std::optional<double> l
 
 template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
 void engine<O, X, P, S, C, D, Param>::end_window() {
-    intake_->end_window();
+    intake().end_window();
     reports_->end_window();
     loss_sum_ = 0.0;
     losses_ = 0;
@@ -222,9 +246,14 @@ void engine<O, X, P, S, C, D, Param>::clip_gradients(std::span<const unsigned ch
         for (std::size_t k = 0; k < layers32().size(); ++k)
             if (skip.empty() || skip[k] == 0) held.push_back(layers32()[k]);
     }
-    double sum = gradient_sum_of_squares(held, options_.execution);
-    if (options_.zero_stage == 2) sum_over_ranks(std::span<double>(&sum, 1));
-    grad_norm_ = clip_to_norm(held, sum, options_.clip_grad_norm, options_.execution);
+    if constexpr (on_host) {
+        double sum = gradient_sum_of_squares(held, options_.execution);
+        if (options_.zero_stage == 2) sum_over_ranks(std::span<double>(&sum, 1));
+        grad_norm_ = clip_to_norm(held, sum, options_.clip_grad_norm, options_.execution);
+    } else {
+        // The same sums in the same order (clipping.hpp), the blocks' lane sums on the device.
+        grad_norm_ = buckets_.clip_to_norm(held, buckets_.gradient_sum_of_squares(held), options_.clip_grad_norm);
+    }
 }
 
 /// Replaces each value by its sum over the ranks (ZeRO's partial norms).
@@ -242,6 +271,9 @@ void engine<O, X, P, S, C, D, Param>::sync_buffers(bool all_from_root) {
     auto span = trace("buffers", "comm");
     const auto start = std::chrono::steady_clock::now();
     const allreduce::call_options call = internal_call();
+    // Buffers in device memory are read once the model's stream has written them.
+    if constexpr (!on_host)
+        if (buffers_.any_on_device()) buckets_.synchronize_compute();
     buffers_.synchronize(
         group_, call,
         [&](tensor_view<float> v) {
@@ -249,7 +281,7 @@ void engine<O, X, P, S, C, D, Param>::sync_buffers(bool all_from_root) {
             // comm::mpi needs no native all-reduce for it.
             allreduce::allreduce(group_, v, allreduce::reduce_op::average, allreduce::ring{}, call);
         },
-        all_from_root);
+        all_from_root, copies());
     comm_ns_ += ns(start, std::chrono::steady_clock::now());
 }
 

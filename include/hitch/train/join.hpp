@@ -39,12 +39,16 @@ void engine<O, X, P, S, C, D, Param>::rescale_for_joined_ranks(std::span<const u
     const float factor = static_cast<float>(p) / static_cast<float>(training_ranks_);
     // Under ZeRO-2 a rank holds only its pieces of the average; they are what the optimizer reads.
     const auto scale = [&](float* g, std::size_t n) {
-        parallel_for(
-            n,
-            [&](std::size_t b, std::size_t e) {
-                for (std::size_t i = b; i < e; ++i) g[i] *= factor;
-            },
-            options_.execution);
+        if constexpr (on_host) {
+            parallel_for(
+                n,
+                [&](std::size_t b, std::size_t e) {
+                    for (std::size_t i = b; i < e; ++i) g[i] *= factor;
+                },
+                options_.execution);
+        } else {
+            buckets_.scale(g, n, factor);  // the same product per element, on the device
+        }
     };
     if (options_.zero_stage == 2) {
         for (const optim::piece& pc : own_pieces_)
@@ -67,8 +71,13 @@ void engine<O, X, P, S, C, D, Param>::join() {
         for (;;) {
             count_training_ranks();           // this rank's 0 meets the count at the start of the others' step
             if (training_ranks_ == 0) break;  // every rank has joined: no step, on any rank
-            for (const user_layer& l : weights_.user_layers())
-                std::fill(l.grads.data(), l.grads.data() + l.grads.size(), typename decltype(l.grads)::value_type{});
+            if constexpr (on_host) {
+                for (const user_layer& l : weights_.user_layers())
+                    std::fill(l.grads.data(), l.grads.data() + l.grads.size(),
+                              typename decltype(l.grads)::value_type{});
+            } else {
+                buckets_.zero_user_gradients();  // on the model's stream, before the step's shared event
+            }
             (void)step(std::nullopt);  // a whole step with zero gradients
         }
     } catch (...) {

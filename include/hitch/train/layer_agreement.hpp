@@ -63,9 +63,11 @@ struct layer_descriptor {
     return s + ")";
 }
 
-/// This rank's layers are usable: there is at least one, each has as many gradients as parameters, in host memory.
+/// This rank's layers are usable: there is at least one, each has as many gradients as parameters, in the memory of
+/// the device data_parallel runs on (`space`, named `device`).
 template <class Layer>
-void check_layers_locally(std::span<const Layer> layers) {
+void check_layers_locally(std::span<const Layer> layers, memory_space space = memory_space::host,
+                          std::string_view device = "cpu") {
     if (layers.empty()) throw config_error("hitch::data_parallel: the model has no layers");
     for (std::size_t k = 0; k < layers.size(); ++k) {
         const Layer& l = layers[k];
@@ -73,9 +75,15 @@ void check_layers_locally(std::span<const Layer> layers) {
             throw config_error(hitch::detail::concat("hitch::data_parallel: layer ", k, " ('", l.name, "') has ",
                                                      l.params.size(), " parameters but ", l.grads.size(),
                                                      " gradient elements"));
-        if (!l.params.on_host() || !l.grads.on_host())
-            throw config_error(
-                hitch::detail::concat("hitch::data_parallel: layer ", k, " ('", l.name, "') is not in host memory"));
+        if (l.params.space() != space || l.grads.space() != space) {
+            if (space == memory_space::host)
+                throw config_error(hitch::detail::concat("hitch::data_parallel: layer ", k, " ('", l.name,
+                                                         "') is not in host memory"));
+            throw config_error(hitch::detail::concat(
+                "hitch::data_parallel: layer ", k, " ('", l.name, "') has its parameters in ", name(l.params.space()),
+                " memory and its gradients in ", name(l.grads.space()), " memory; on the device '", device,
+                "' both must be in ", name(space), " memory"));
+        }
     }
 }
 

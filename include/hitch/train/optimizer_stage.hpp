@@ -28,7 +28,7 @@ namespace hitch::train::detail {
 template <optimizer O, device D>
 class optimizer_stage {
 public:
-    static constexpr bool can_shard = optim::shardable_rule<O, D>;
+    static constexpr bool can_shard = optim::shardable_rule<O, D> && host_device<D>;  // ZeRO runs on host devices
 
     /// Unsharded without `pieces`; sharded over them otherwise.
     optimizer_stage(const typename O::options_type& options, std::vector<hitch::layer> layers, D& dev,

@@ -93,6 +93,11 @@ struct data_parallel_options {
     bool check_gradient_contract = false;
     /// Threads for the optimizer and the gradient passes.
     parallel_options execution{};
+    /// On a device with streams (hitch::cuda::device): the stream the model's forward and backward run on, as the
+    /// device's own handle (a cudaStream_t). gradient_ready(i) records an event there and the exchange waits for it
+    /// on the device, so the host never waits for backward; step() leaves the updated parameters ordered before
+    /// what is queued there next. Null: the device's own stream. Host devices have none: it must stay null.
+    void* compute_stream = nullptr;
     /// Optional sinks: a timeline of every span, and one JSON line of metrics per step.
     train::timeline* timeline = nullptr;
     std::ostream* metrics = nullptr;

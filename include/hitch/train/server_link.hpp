@@ -133,4 +133,24 @@ private:
     std::unique_ptr<runtime> runtime_;
 };
 
+/// server_link's stand-in where no parameter server can run (on a device the host cannot read, where data_parallel
+/// refuses the server policies at construction): no runtime, and every call what server_link does without one.
+class no_server_link {
+public:
+    static constexpr bool possible = false;
+    [[nodiscard]] bool active() const noexcept { return false; }
+    [[nodiscard]] bool serves_only() const noexcept { return false; }
+    [[nodiscard]] int workers(int ranks) const noexcept { return ranks; }
+    [[nodiscard]] bool finished() const noexcept { return false; }
+    void serve() { throw config_error("hitch::data_parallel::serve: this sync policy runs no parameter server"); }
+    void finish() {}
+    void save(checkpoint_writer& /*w*/, const std::filesystem::path& /*prefix*/) {}
+    template <class Commit>
+    void load(const std::filesystem::path& /*prefix*/, std::exception_ptr own,
+              std::span<const std::byte> /*client_section*/, Commit&& commit_own) {
+        if (own) std::rethrow_exception(own);
+        commit_own();
+    }
+};
+
 }  // namespace hitch::train::detail

@@ -8,8 +8,10 @@
 //   tl.write(file);                                    // {"traceEvents":[...]}
 //
 // Recording is thread-safe and cheap (a clock read and a vector push under a mutex); a disabled timeline records
-// nothing.
+// nothing. Work that runs on neither thread (a GPU stream's kernels, timed by events) goes on a named lane of its own
+// (record_on_lane), shown as a thread of that name.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -91,6 +93,26 @@ public:
             event{std::move(name), std::move(category), us(begin), us(end) - us(begin), it->second, std::move(args)});
     }
 
+    /// Records a span on the lane named `lane` (e.g. "GPU stream"), not on the calling thread's.
+    void record_on_lane(std::string_view lane, std::string name, std::string category, clock::time_point begin,
+                        clock::time_point end, std::string args = {}) {
+        if (!enabled_) return;
+        const auto us = [&](clock::time_point t) {
+            return std::chrono::duration_cast<std::chrono::microseconds>(t - origin_).count();
+        };
+        std::lock_guard lock(m_);
+        int tid = lane_base;
+        const auto known = std::find(lanes_.begin(), lanes_.end(), lane);
+        if (known == lanes_.end()) {
+            tid += static_cast<int>(lanes_.size());
+            lanes_.emplace_back(lane);
+        } else {
+            tid += static_cast<int>(known - lanes_.begin());
+        }
+        events_.push_back(
+            event{std::move(name), std::move(category), us(begin), us(end) - us(begin), tid, std::move(args)});
+    }
+
     [[nodiscard]] std::vector<event> events() const {
         std::lock_guard lock(m_);
         return events_;
@@ -104,6 +126,10 @@ public:
         out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << rank_ << ",\"args\":{\"name\":\"rank " << rank_
             << "\"}}";
         first = false;
+        for (std::size_t i = 0; i < lanes_.size(); ++i)
+            out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << rank_
+                << ",\"tid\":" << lane_base + static_cast<int>(i) << ",\"args\":{\"name\":\"" << escaped(lanes_[i])
+                << "\"}}";
         for (const event& e : events_) {
             if (!first) out << ',';
             first = false;
@@ -125,12 +151,16 @@ private:
         return out;
     }
 
+    /// Lanes' thread ids start here, apart from the threads' (numbered from 0).
+    static constexpr int lane_base = 1000;
+
     int rank_;
     bool enabled_;
     clock::time_point origin_;
     mutable std::mutex m_;
     std::vector<event> events_;
     std::unordered_map<std::thread::id, int> threads_;
+    std::vector<std::string> lanes_;
 };
 
 /// A span on `t`; without a timeline, one that records nothing.
