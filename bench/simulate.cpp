@@ -15,7 +15,8 @@
 // gradients are all-reduced after the backward pass, without overlap). bytes_per_rank is the mean sent per rank
 // (the group's setup, a few bytes, included); bytes_across_nodes_per_rank is what left the nodes through their NICs
 // (topology nodes; 0 on the others), divided by p.
-// The results are checked on every rank against the exact sum.
+// The results are checked on every rank against the exact sum, except with --timing-only (every rank works in one
+// buffer, messages from it carry no bytes: for sizes whose copies per rank would not fit in memory).
 //
 // --model resnet50 | resnet101 | inception_v3 simulates whole training steps instead (simulate_step.hpp): a backward
 // pass of --compute-ms x --backward-share spread over the model's layers, each gradient bucket (--bucket-mb)
@@ -46,6 +47,13 @@
 #include "hitch/allreduce/allreduce.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/comm/simulated.hpp"
+#include "hitch/compress/bf16.hpp"
+#include "hitch/compress/fp16.hpp"
+#include "hitch/compress/onebit.hpp"
+#include "hitch/compress/qsgd.hpp"
+#include "hitch/compress/randomk.hpp"
+#include "hitch/compress/terngrad.hpp"
+#include "hitch/compress/topk.hpp"
 #include "simulate_step.hpp"
 
 namespace {
@@ -75,6 +83,9 @@ struct settings {
     bool real_data = false;
     int steps = 2;
     std::string engine = "model";
+    double jitter_cv = 0.0;
+    std::vector<std::string> compressors{"none"};
+    bool timing_only = false;  // schedules: one buffer shared by every rank, messages from it carry no bytes
 };
 
 hitch::comm::simulated_network network_of(const settings& s) {
@@ -113,20 +124,31 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
     const double compute_s = s.compute_ms * 1e-3;
     constexpr double start_s = 1.0;  // after the group's setup, on an idle network
     const auto wall_start = std::chrono::steady_clock::now();
-    const auto report = hitch::comm::simulate(p, net, [&](simulated& comm) {
-        ar::group g(comm);
-        std::vector<float> data(count, static_cast<float>(comm.rank() % 4));
-        ar::call_options o;
-        o.check = false;
-        comm.advance_to(hitch::seconds_f(start_s));
-        comm.compute(hitch::seconds_f(compute_s));
-        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
-        const float want = static_cast<float>(6 * (p / 4) + (p % 4 > 1 ? 1 : 0) + (p % 4 > 2 ? 2 : 0));
-        for (std::size_t i = 0; i < count; i += 4099)
-            if (data[i] != want)
-                throw hitch::comm_error("hitch-simulate: wrong sum on rank " + std::to_string(comm.rank()));
-        return 0;
-    });
+    std::vector<float> shared;
+    hitch::comm::simulated_options options;
+    if (s.timing_only) {
+        shared.assign(count, 1.0f);
+        options.timing_only_memory.push_back(std::as_bytes(std::span<const float>(shared)));
+    }
+    const auto report = hitch::comm::simulate(
+        p, net,
+        [&](simulated& comm) {
+            ar::group g(comm);
+            std::vector<float> own;
+            if (!s.timing_only) own.assign(count, static_cast<float>(comm.rank() % 4));
+            const hitch::tensor_view<float> data(s.timing_only ? shared.data() : own.data(), count);
+            ar::call_options o;
+            o.check = false;
+            comm.advance_to(hitch::seconds_f(start_s));
+            comm.compute(hitch::seconds_f(compute_s));
+            ar::allreduce(g, data, ar::reduce_op::sum, schedule, o);
+            const float want = static_cast<float>(6 * (p / 4) + (p % 4 > 1 ? 1 : 0) + (p % 4 > 2 ? 2 : 0));
+            for (std::size_t i = 0; !s.timing_only && i < count; i += 4099)
+                if (own[i] != want)
+                    throw hitch::comm_error("hitch-simulate: wrong sum on rank " + std::to_string(comm.rank()));
+            return 0;
+        },
+        options);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     if (auto e = report.first_error()) std::rethrow_exception(e);
     double last = 0, sent = 0, across = 0;
@@ -199,7 +221,23 @@ void compare_local(const std::string& name, const Schedule& schedule, int p, std
     std::fflush(stdout);
 }
 
-/// Whole training steps of a model (--model): one line per (schedule, p).
+/// Runs `f(codec)` with the compressor named `name` (its default options).
+template <class F>
+void with_codec(const std::string& name, F&& f) {
+    namespace cx = hitch::compress;
+    if (name == "none") return f(cx::none{});
+    if (name == "fp16") return f(cx::fp16{});
+    if (name == "bf16") return f(cx::bf16{});
+    if (name == "onebit") return f(cx::onebit{});
+    if (name == "qsgd") return f(cx::qsgd{});
+    if (name == "terngrad") return f(cx::terngrad{});
+    if (name == "topk") return f(cx::topk{});
+    if (name == "randomk") return f(cx::randomk{});
+    throw hitch::config_error("hitch-simulate: --compressor " + name +
+                              " is not one of none, fp16, bf16, onebit, qsgd, terngrad, topk, randomk");
+}
+
+/// Whole training steps of a model (--model): one line per (compressor, schedule, p).
 void run_steps(const settings& s, const hitch::comm::simulated_network& net) {
     hitch_bench::step_settings st;
     st.model = hitch_bench::model_named(s.model);
@@ -213,31 +251,42 @@ void run_steps(const settings& s, const hitch::comm::simulated_network& net) {
     st.overlap = !s.no_overlap;
     st.steps = s.steps;
     st.timing_only = !s.real_data;
+    st.jitter_cv = s.jitter_cv;
     if (s.engine == "data_parallel") {
         st.engine = hitch_bench::step_settings::engine_kind::data_parallel;
         st.timing_only = false;
     } else if (s.engine != "model") {
         throw hitch::config_error("hitch-simulate: --engine " + s.engine + " is not one of model, data_parallel");
     }
-    for (const auto& name : s.schedules) {
-        double first = 0;
-        for (int p : s.ranks) {
-            with_schedule(name, [&](const auto& schedule) {
-                const auto wall_start = std::chrono::steady_clock::now();
-                const auto r = hitch_bench::simulate_step(p, net, st, schedule);
-                const double wall =
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-                if (first == 0) first = r.step_s;
-                std::printf(
-                    "{\"bench\":\"simulate_step\",\"model\":\"%s\",\"engine\":\"%s\",\"topology\":\"%s\",\"schedule\":"
-                    "\"%s\","
-                    "\"p\":%d,\"bucket_bytes\":%zu,\"buckets\":%zu,\"overlap\":%s,\"compute_s\":%.9g,\"step_s\":%.9g,"
-                    "\"exposed_s\":%.9g,\"efficiency\":%.6g,\"relative_efficiency\":%.6g,\"wall_s\":%.3f}\n",
-                    s.model.c_str(), s.engine.c_str(), s.topology.c_str(), name.c_str(), p, st.bucket_bytes, r.buckets,
-                    st.overlap ? "true" : "false", st.compute_s, r.step_s, r.exposed_s, st.compute_s / r.step_s,
-                    first / r.step_s, wall);
-                std::fflush(stdout);
-            });
+    for (const auto& codec_name : s.compressors) {
+        for (const auto& name : s.schedules) {
+            if (codec_name != "none" && name != "automatic")
+                throw hitch::config_error(
+                    "hitch-simulate: a --compressor other than none exchanges as automatic picks "
+                    "for it (compress::aggregate): use --schedule automatic");
+            double first = 0;
+            for (int p : s.ranks) {
+                const auto one = [&](const auto& schedule, const auto& codec) {
+                    const auto wall_start = std::chrono::steady_clock::now();
+                    const auto r = hitch_bench::simulate_step(p, net, st, schedule, codec);
+                    const double wall =
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+                    if (first == 0) first = r.step_s;
+                    std::printf(
+                        "{\"bench\":\"simulate_step\",\"model\":\"%s\",\"engine\":\"%s\",\"topology\":\"%s\","
+                        "\"gbit\":%g,\"compressor\":\"%s\",\"schedule\":\"%s\",\"p\":%d,\"bucket_bytes\":%zu,"
+                        "\"buckets\":%zu,\"overlap\":%s,\"jitter_cv\":%g,\"compute_s\":%.9g,\"step_s\":%.9g,"
+                        "\"exposed_s\":%.9g,\"efficiency\":%.6g,\"relative_efficiency\":%.6g,\"wall_s\":%.3f}\n",
+                        s.model.c_str(), s.engine.c_str(), s.topology.c_str(), s.gbit, codec_name.c_str(), name.c_str(),
+                        p, st.bucket_bytes, r.buckets, st.overlap ? "true" : "false", st.jitter_cv, st.compute_s,
+                        r.step_s, r.exposed_s, st.compute_s / r.step_s, first / r.step_s, wall);
+                    std::fflush(stdout);
+                };
+                if (codec_name == "none")
+                    with_schedule(name, [&](const auto& schedule) { one(schedule, hitch::compress::none{}); });
+                else
+                    with_codec(codec_name, [&](const auto& codec) { one(ar::automatic{}, codec); });
+            }
         }
     }
 }
@@ -260,12 +309,19 @@ int main(int argc, char** argv) {
     app.add_option("--bytes", s.bytes, "buffer sizes in bytes")->delimiter(',');
     app.add_option("--schedule", s.schedules, "schedules")->delimiter(',');
     app.add_option("--compute-ms", s.compute_ms, "compute per step before the all-reduce, ms");
+    app.add_flag("--timing-only", s.timing_only,
+                 "schedules: one buffer shared by every rank, messages from it carry no bytes, sums unchecked");
     app.add_option("--model", s.model, "simulate training steps of resnet50, resnet101 or inception_v3");
     app.add_option("--backward-share", s.backward_share, "--model: the backward pass's share of --compute-ms");
     app.add_option("--bucket-mb", s.bucket_mb, "--model: gradient bucket size, MiB");
     app.add_flag("--no-overlap", s.no_overlap, "--model: exchange the buckets after the backward pass");
     app.add_flag("--real-data", s.real_data, "--model: every rank its own buffers, messages carry their bytes");
-    app.add_option("--steps", s.steps, "--model: steps to run (the last is timed)");
+    app.add_option("--steps", s.steps, "--model: steps to run (all but the first are timed, their mean printed)");
+    app.add_option("--compressor", s.compressors,
+                   "--model: none, fp16, bf16, onebit, qsgd, terngrad, topk, randomk (with --schedule automatic)")
+        ->delimiter(',');
+    app.add_option("--jitter-cv", s.jitter_cv,
+                   "--model: each rank's compute per step scaled by 1 + cv z (z standard normal, seeded)");
     app.add_option("--engine", s.engine,
                    "--model: model (the step re-enacted) or data_parallel (hitch::data_parallel)");
     bool versus_local = false;

@@ -17,7 +17,9 @@
 // then meaningless, the virtual times the same (for codecs, as long as their message sizes do not depend on the
 // values: their encoded messages are sent from buffers of their own and keep their bytes).
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -46,21 +48,34 @@ struct step_settings {
     double backward_share = 2.0 / 3.0;  // of compute_s (backward takes about twice the forward pass)
     std::size_t bucket_bytes = std::size_t{25} << 20;
     bool overlap = true;
-    int steps = 2;  // the last one is timed
+    int steps = 2;  // all but the first are timed (the first finds the network idle)
     bool timing_only = true;
     enum class engine_kind { model, data_parallel } engine = engine_kind::model;
+    /// Each rank's compute in each step is scaled by 1 + jitter_cv z, z a standard normal drawn from (rank, step): the
+    /// variation of step times a synchronous step waits for the slowest of (at least 0.5).
+    double jitter_cv = 0.0;
     /// Faults of the run (a straggler), and its timeout.
     hitch::comm::simulated_faults faults{};
     double timeout_s = 600.0;
 };
 
 struct step_result {
-    double step_s = 0;     // the timed step, from the first rank's start to the last rank's end
+    double step_s = 0;     // the mean of the timed steps, from the first rank's start to the last rank's end
     double exposed_s = 0;  // step_s - compute_s: what the backward pass does not hide
     std::size_t buckets = 0;
 };
 
 namespace detail {
+
+/// The factor scaling rank r's compute in step `step` (step_settings::jitter_cv): 1 + cv z, z standard normal
+/// (Box-Muller over two seeded uniform draws), at least 0.5.
+inline double jitter(const step_settings& s, int rank, int step) {
+    if (s.jitter_cv <= 0.0) return 1.0;
+    const double u1 = 1.0 - hitch::comm::detail::uniform_draw(0x5eed, rank, static_cast<std::uint64_t>(step), 0);
+    const double u2 = hitch::comm::detail::uniform_draw(0x5eed, rank, static_cast<std::uint64_t>(step), 1);
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.141592653589793 * u2);
+    return std::max(0.5, 1.0 + s.jitter_cv * z);
+}
 
 /// The compute of each tensor's backward pass (in forward order), in seconds.
 inline std::vector<double> backward_times(const step_settings& s) {
@@ -84,7 +99,7 @@ inline std::vector<hitch::layer> layers_over(const model_description& m, float* 
 
 constexpr double step_start_s = 1.0;  // after the groups' setup, on an idle network
 
-/// Where one rank's timed step began and ended, and its buckets.
+/// Where one rank's timed steps began and ended, and its buckets.
 struct rank_span {
     double begin = 0, end = 0;
     std::size_t buckets = 0;
@@ -131,12 +146,13 @@ rank_span model_rank(hitch::comm::simulated& comm, const step_settings& s, const
     double begin = 0, end = 0;
     comm.advance_to(hitch::seconds_f(step_start_s));
     for (int step = 0; step < s.steps; ++step) {
-        begin = comm.virtual_time().count();
-        comm.compute(hitch::seconds_f(s.compute_s * (1.0 - s.backward_share)));
+        if (step <= 1) begin = comm.virtual_time().count();
+        const double scale = jitter(s, comm.rank(), step);
+        comm.compute(hitch::seconds_f(scale * s.compute_s * (1.0 - s.backward_share)));
         std::size_t launched = 0;
         std::fill(ready.begin(), ready.end(), 0);
         for (std::size_t k = layers.size(); k-- > 0;) {
-            comm.compute(hitch::seconds_f(backward[k]));
+            comm.compute(hitch::seconds_f(scale * backward[k]));
             ++ready[bucket_of[k]];
             while (launched < plan.size() && ready[launched] == plan[launched].layers.size()) ++launched;
             pipeline.launch_until(launched);
@@ -181,10 +197,11 @@ rank_span data_parallel_rank(hitch::comm::simulated& comm, const step_settings& 
     double begin = 0, end = 0;
     comm.advance_to(hitch::seconds_f(step_start_s));
     for (int step = 0; step < s.steps; ++step) {
-        begin = comm.virtual_time().count();
-        comm.compute(hitch::seconds_f(s.compute_s * (1.0 - s.backward_share)));
+        if (step <= 1) begin = comm.virtual_time().count();
+        const double scale = jitter(s, comm.rank(), step);
+        comm.compute(hitch::seconds_f(scale * s.compute_s * (1.0 - s.backward_share)));
         for (std::size_t k = layers.size(); k-- > 0;) {
-            comm.compute(hitch::seconds_f(backward[k]));
+            comm.compute(hitch::seconds_f(scale * backward[k]));
             dp.gradient_ready(k);
         }
         (void)dp.step();
@@ -195,7 +212,7 @@ rank_span data_parallel_rank(hitch::comm::simulated& comm, const step_settings& 
 
 }  // namespace detail
 
-/// Simulates s.steps training steps on p ranks and returns the last one's time.
+/// Simulates s.steps training steps on p ranks and returns the mean time of all but the first.
 template <class Schedule, class Codec = hitch::compress::none>
 step_result simulate_step(int p, const hitch::comm::simulated_network& net, const step_settings& s,
                           const Schedule& schedule, const Codec& codec = {}) {
@@ -231,8 +248,8 @@ step_result simulate_step(int p, const hitch::comm::simulated_network& net, cons
         first_begin = std::min(first_begin, span.begin);
         last_end = std::max(last_end, span.end);
     }
-    r.step_s = last_end - first_begin;
-    r.exposed_s = r.step_s - s.compute_s;
+    r.step_s = (last_end - first_begin) / std::max(1, s.steps - 1);
+    r.exposed_s = std::max(0.0, r.step_s - s.compute_s);  // (per-layer compute is rounded to picoseconds)
     r.buckets = spans.front().buckets;
     return r;
 }
