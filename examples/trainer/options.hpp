@@ -146,6 +146,11 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
         ->type_name("INT")
         ->default_str(std::to_string(c.slow_rank));
     add_real(app, "--slow-ms", c.slow_ms, "Milliseconds --slow-rank sleeps in every step", r::closed(0.0, 3600000.0));
+    add_real(app, "--stall-warning", c.stall_warning_s,
+             "Report a collective that has waited this many seconds for ranks that have not come (rank 0 prints one "
+             "line naming them; 0: off)",
+             r::closed(0.0, 1e9))
+        ->default_str("5, or HITCH_STALL_WARNING_S");
 }
 
 }  // namespace hitch_examples

@@ -85,6 +85,9 @@ struct train_config {
     // a deliberately slow worker, to see what each sync policy does with a straggler
     int slow_rank = -1;    // the rank that sleeps after every backward pass (-1: none; any_rank: a random one)
     double slow_ms = 0.0;  // milliseconds it sleeps
+    /// Report a collective that has waited this many seconds for ranks that have not come (hitch's stall inspector,
+    /// on rank 0; 0: off); -1: HITCH_STALL_WARNING_S, else 5.
+    double stall_warning_s = -1.0;
     /// --slow-rank any: each step one worker drawn at random (the same draw on every rank) is the straggler.
     static constexpr int any_rank = -2;
 };

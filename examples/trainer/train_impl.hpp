@@ -154,6 +154,17 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     o.accumulation_steps = config.accumulate;
     o.clip_grad_norm = config.clip_grad_norm;
     o.zero_stage = config.zero;
+    // hitch's stall inspector: rank 0 prints a line for each collective that waits past the threshold, naming the
+    // ranks that have not come (the library never prints; its observer is how it tells).
+    if (config.stall_warning_s >= 0.0) o.stall.warning_s = config.stall_warning_s;
+    o.observer.stall = [](const hitch::stall_report& r) {
+        std::fprintf(stderr, "%s\n", r.message().c_str());
+        std::fflush(stderr);
+    };
+    o.observer.notice = [](const std::string& line) {
+        std::fprintf(stderr, "%s\n", line.c_str());
+        std::fflush(stderr);
+    };
     hitch::cpu device;
     // Every rank builds data_parallel from the same options, so a combination it refuses (config_error: --zero
     // under a policy that exchanges no gradients ...) is refused on every rank alike: the workers agree on it and

@@ -84,6 +84,9 @@ enum class operation : std::uint8_t {
     allgather_bytes = 4,
     broadcast = 5,
     reduce = 6,
+    /// A small agreement among the ranks run as a call of the group (data_parallel's step agreement), so the stall
+    /// inspector sees it and its wait is counted.
+    agreement = 7,
 };
 
 [[nodiscard]] constexpr std::string_view name(operation o) noexcept {
@@ -100,6 +103,8 @@ enum class operation : std::uint8_t {
             return "broadcast";
         case operation::reduce:
             return "reduce";
+        case operation::agreement:
+            return "agreement";
     }
     return "invalid-operation";
 }

@@ -189,6 +189,7 @@ public:
             (void)buckets_.take_bytes_sent();
             comm_ns_.store(0);
             waited_until_last_step_ = group_.waited();
+            agreement_wait_ns_ = 0;
             throw;
         }
         reset_step();
@@ -220,8 +221,11 @@ public:
         m.bytes_sent = buckets_.take_bytes_sent();
         m.comm_ms = static_cast<double>(comm_ns_.exchange(0)) * 1e-6;
         const seconds_f waited = group_.waited();
-        if (options_.check_collectives) m.wait_ms = (waited - waited_until_last_step_).count() * 1e3;
+        if (options_.check_collectives)
+            m.wait_ms =
+                (waited - waited_until_last_step_).count() * 1e3 + static_cast<double>(agreement_wait_ns_) * 1e-6;
         waited_until_last_step_ = waited;
+        agreement_wait_ns_ = 0;
         m.compute_ms = compute_ms_;
         m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *first_step_).count();
         m.grad_norm = result.applied ? grad_norm_ : std::nullopt;
@@ -731,7 +735,8 @@ private:
     std::uint64_t losses_ = 0;
     std::optional<std::chrono::steady_clock::time_point> window_start_;
     std::atomic<std::uint64_t> comm_ns_{0};
-    seconds_f waited_until_last_step_{};  // group_.waited() at the end of the last step (for wait_ms)
+    seconds_f waited_until_last_step_{};   // group_.waited() at the end of the last step (for wait_ms)
+    std::uint64_t agreement_wait_ns_ = 0;  // this step's time in agree_on_step (for wait_ms)
     std::chrono::steady_clock::time_point last_step_end_;
     std::optional<std::chrono::steady_clock::time_point> first_step_;
 

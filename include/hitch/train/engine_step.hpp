@@ -153,8 +153,34 @@ bool engine<O, X, P, S, C, D, Param>::agree_on_step(C& with) {
         local_bad |= buckets_[b].local_bad;
         if (report.layer < 0 && buckets_[b].report.layer >= 0) report = buckets_[b].report;
     }
+    // The step's agreement is where every rank meets once its backward pass is done: a rank slow after its
+    // backward (its buckets already sent) is waited for here. Its time is counted in wait_ms; over control_ it runs
+    // as a call of the group, so the stall inspector sees it too.
+    const auto start = std::chrono::steady_clock::now();
+    struct counted {
+        std::uint64_t& into;
+        std::chrono::steady_clock::time_point start;
+        ~counted() { into += ns(start, std::chrono::steady_clock::now()); }
+    } count{agreement_wait_ns_, start};
     if (scaler_) return scaler_->update(local_bad);
-    const auto reports = amp::detail::gather_reports(with, report);
+    std::vector<amp::detail::nonfinite_report> reports;
+    if (&with == &control_ && with.size() > 1) {
+        allreduce::call_options call;
+        call.check = false;  // it is itself the agreement
+        group_.run(
+            call,
+            [] {
+                allreduce::call_descriptor d;
+                d.operation = static_cast<std::uint8_t>(allreduce::operation::agreement);
+                d.set_schedule("step");
+                return d;
+            },
+            [&](allreduce::transport<C>& t, const allreduce::call_descriptor&) {
+                reports = comm::allgather_value(t.comm(), report);
+            });
+    } else {
+        reports = amp::detail::gather_reports(with, report);
+    }
     const bool any = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.layer >= 0; });
     if (!any) return true;
     if (options_.nonfinite == amp::nonfinite_policy::skip_step) return false;
