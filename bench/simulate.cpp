@@ -63,6 +63,7 @@ using hitch::comm::simulated;
 
 struct settings {
     std::string topology = "single_switch";
+    std::string switching = "circuit";
     double latency_us = 5.0;
     double gbit = 100.0;
     int ranks_per_leaf = 16;
@@ -85,10 +86,12 @@ struct settings {
     std::string engine = "model";
     double jitter_cv = 0.0;
     std::vector<std::string> compressors{"none"};
+    std::vector<std::string> policies{"hard"};
+    double straggler = 1.0;
     bool timing_only = false;  // schedules: one buffer shared by every rank, messages from it carry no bytes
 };
 
-hitch::comm::simulated_network network_of(const settings& s) {
+hitch::comm::simulated_network network_shape(const settings& s) {
     const hitch::comm::link_model nic{s.latency_us * 1e-6, s.gbit * 1e9 / 8};
     if (s.topology == "single_switch") return hitch::comm::simulated_network::single_switch(nic);
     if (s.topology == "fat_tree")
@@ -99,6 +102,15 @@ hitch::comm::simulated_network network_of(const settings& s) {
                                                      {s.intra_latency_us * 1e-6, s.intra_gbit * 1e9 / 8}, nic);
     throw hitch::config_error("hitch-simulate: --topology " + s.topology +
                               " is not one of single_switch, fat_tree, nodes");
+}
+
+hitch::comm::simulated_network network_of(const settings& s) {
+    auto net = network_shape(s);
+    if (s.switching == "buffered")
+        net.mode = hitch::comm::simulated_network::switching::buffered;
+    else if (s.switching != "circuit")
+        throw hitch::config_error("hitch-simulate: --switching " + s.switching + " is not one of circuit, buffered");
+    return net;
 }
 
 /// Runs `f(schedule)` with the schedule named `name`.
@@ -171,10 +183,11 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
     }
     const double model = ar::cost_on(schedule, ar::level_shape::of(layout), bytes, k).seconds(k);
     std::printf(
-        "{\"bench\":\"simulate\",\"topology\":\"%s\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,\"virtual_s\":%.9g,"
+        "{\"bench\":\"simulate\",\"topology\":\"%s\",\"switching\":\"%s\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,"
+        "\"virtual_s\":%.9g,"
         "\"model_s\":%.9g,\"step_s\":%.9g,\"efficiency\":%.6g,\"bytes_per_rank\":%.9g,"
         "\"bytes_across_nodes_per_rank\":%.9g,\"wall_s\":%.3f}\n",
-        s.topology.c_str(), name.c_str(), p, bytes, step - compute_s, model, step,
+        s.topology.c_str(), s.switching.c_str(), name.c_str(), p, bytes, step - compute_s, model, step,
         compute_s > 0 ? compute_s / step : 0.0, sent / p, across / p, wall);
     std::fflush(stdout);
 }
@@ -243,7 +256,7 @@ void run_steps(const settings& s, const hitch::comm::simulated_network& net) {
     st.model = hitch_bench::model_named(s.model);
     if (st.model.tensors.empty())
         throw hitch::config_error("hitch-simulate: --model " + s.model +
-                                  " is not one of resnet50, resnet101, inception_v3");
+                                  " is not one of resnet50, resnet101, inception_v3, uniform:N");
     if (!(s.compute_ms > 0)) throw hitch::config_error("hitch-simulate: --model needs --compute-ms > 0");
     st.compute_s = s.compute_ms * 1e-3;
     st.backward_share = s.backward_share;
@@ -254,41 +267,57 @@ void run_steps(const settings& s, const hitch::comm::simulated_network& net) {
     st.jitter_cv = s.jitter_cv;
     if (s.engine == "data_parallel") {
         st.engine = hitch_bench::step_settings::engine_kind::data_parallel;
-        st.timing_only = false;
     } else if (s.engine != "model") {
         throw hitch::config_error("hitch-simulate: --engine " + s.engine + " is not one of model, data_parallel");
     }
-    for (const auto& codec_name : s.compressors) {
-        for (const auto& name : s.schedules) {
-            if (codec_name != "none" && name != "automatic")
-                throw hitch::config_error(
-                    "hitch-simulate: a --compressor other than none exchanges as automatic picks "
-                    "for it (compress::aggregate): use --schedule automatic");
-            double first = 0;
-            for (int p : s.ranks) {
-                const auto one = [&](const auto& schedule, const auto& codec) {
-                    const auto wall_start = std::chrono::steady_clock::now();
-                    const auto r = hitch_bench::simulate_step(p, net, st, schedule, codec);
-                    const double wall =
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-                    if (first == 0) first = r.step_s;
-                    std::printf(
-                        "{\"bench\":\"simulate_step\",\"model\":\"%s\",\"engine\":\"%s\",\"topology\":\"%s\","
-                        "\"gbit\":%g,\"compressor\":\"%s\",\"schedule\":\"%s\",\"p\":%d,\"bucket_bytes\":%zu,"
-                        "\"buckets\":%zu,\"overlap\":%s,\"jitter_cv\":%g,\"compute_s\":%.9g,\"step_s\":%.9g,"
-                        "\"exposed_s\":%.9g,\"efficiency\":%.6g,\"relative_efficiency\":%.6g,\"wall_s\":%.3f}\n",
-                        s.model.c_str(), s.engine.c_str(), s.topology.c_str(), s.gbit, codec_name.c_str(), name.c_str(),
-                        p, st.bucket_bytes, r.buckets, st.overlap ? "true" : "false", st.jitter_cv, st.compute_s,
-                        r.step_s, r.exposed_s, st.compute_s / r.step_s, first / r.step_s, wall);
-                    std::fflush(stdout);
-                };
-                if (codec_name == "none")
-                    with_schedule(name, [&](const auto& schedule) { one(schedule, hitch::compress::none{}); });
-                else
-                    with_codec(codec_name, [&](const auto& codec) { one(ar::automatic{}, codec); });
+    using policy = hitch_bench::step_settings::policy_kind;
+    const auto policy_of = [](const std::string& name) {
+        if (name == "hard") return policy::hard;
+        if (name == "local_sgd") return policy::local_sgd;
+        if (name == "ssp") return policy::ssp;
+        if (name == "backup_workers") return policy::backup_workers;
+        throw hitch::config_error("hitch-simulate: --policy " + name +
+                                  " is not one of hard, local_sgd, ssp, backup_workers");
+    };
+    for (const auto& policy_name : s.policies)
+        for (const auto& codec_name : s.compressors) {
+            st.policy = policy_of(policy_name);
+            if (st.policy != policy::hard && st.engine != hitch_bench::step_settings::engine_kind::data_parallel)
+                throw hitch::config_error("hitch-simulate: --policy " + policy_name + " needs --engine data_parallel");
+            for (const auto& name : s.schedules) {
+                if (codec_name != "none" && name != "automatic")
+                    throw hitch::config_error(
+                        "hitch-simulate: a --compressor other than none exchanges as automatic picks "
+                        "for it (compress::aggregate): use --schedule automatic");
+                double first = 0;
+                for (int p : s.ranks) {
+                    st.faults.slow.clear();
+                    if (s.straggler != 1.0) st.faults.slow.push_back({p - 1, s.straggler});  // the last rank
+                    const auto one = [&](const auto& schedule, const auto& codec) {
+                        const auto wall_start = std::chrono::steady_clock::now();
+                        const auto r = hitch_bench::simulate_step(p, net, st, schedule, codec);
+                        const double wall =
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+                        if (first == 0) first = r.step_s;
+                        std::printf(
+                            "{\"bench\":\"simulate_step\",\"model\":\"%s\",\"engine\":\"%s\",\"topology\":\"%s\","
+                            "\"gbit\":%g,\"policy\":\"%s\",\"straggler\":%g,\"compressor\":\"%s\",\"schedule\":\"%s\","
+                            "\"p\":%d,\"bucket_bytes\":%zu,\"buckets\":%zu,\"overlap\":%s,\"jitter_cv\":%g,"
+                            "\"compute_s\":%.9g,\"step_s\":%.9g,\"rank0_step_s\":%.9g,\"exposed_s\":%.9g,"
+                            "\"efficiency\":%.6g,\"relative_efficiency\":%.6g,\"wall_s\":%.3f}\n",
+                            s.model.c_str(), s.engine.c_str(), s.topology.c_str(), s.gbit, policy_name.c_str(),
+                            s.straggler, codec_name.c_str(), name.c_str(), p, st.bucket_bytes, r.buckets,
+                            st.overlap ? "true" : "false", st.jitter_cv, st.compute_s, r.step_s, r.rank0_step_s,
+                            r.exposed_s, st.compute_s / r.step_s, first / r.step_s, wall);
+                        std::fflush(stdout);
+                    };
+                    if (codec_name == "none")
+                        with_schedule(name, [&](const auto& schedule) { one(schedule, hitch::compress::none{}); });
+                    else
+                        with_codec(codec_name, [&](const auto& codec) { one(ar::automatic{}, codec); });
+                }
             }
         }
-    }
 }
 
 }  // namespace
@@ -297,6 +326,8 @@ int main(int argc, char** argv) {
     settings s;
     CLI::App app("hitch-simulate: hitch's all-reduce schedules on a simulated cluster");
     app.add_option("--topology", s.topology, "single_switch, fat_tree or nodes");
+    app.add_option("--switching", s.switching,
+                   "circuit (a message holds its whole route) or buffered (switches queue it hop by hop)");
     app.add_option("--latency-us", s.latency_us, "nic latency (alpha), microseconds");
     app.add_option("--gbit", s.gbit, "nic bandwidth, Gbit/s");
     app.add_option("--ranks-per-leaf", s.ranks_per_leaf, "fat_tree: ranks per leaf switch");
@@ -320,6 +351,11 @@ int main(int argc, char** argv) {
     app.add_option("--compressor", s.compressors,
                    "--model: none, fp16, bf16, onebit, qsgd, terngrad, topk, randomk (with --schedule automatic)")
         ->delimiter(',');
+    app.add_option("--policy", s.policies,
+                   "--model with --engine data_parallel: hard, local_sgd (period 4), ssp (bound 3), backup_workers "
+                   "(1 backup)")
+        ->delimiter(',');
+    app.add_option("--straggler", s.straggler, "--model: the last rank computes this many times slower");
     app.add_option("--jitter-cv", s.jitter_cv,
                    "--model: each rank's compute per step scaled by 1 + cv z (z standard normal, seeded)");
     app.add_option("--engine", s.engine,

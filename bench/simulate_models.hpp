@@ -157,8 +157,21 @@ inline model_description inception_v3() {
     return b.done();
 }
 
-/// The model called `name` (resnet50, resnet101, inception_v3); empty tensors for any other name.
+/// A model of `layers` tensors of `parameters` / layers elements each, equal in cost: a stand-in of a given size.
+inline model_description uniform_model(std::size_t parameters, std::size_t layers) {
+    model_description m;
+    m.name = "uniform";
+    for (std::size_t k = 0; k < layers; ++k) {
+        const std::size_t n = parameters / layers + (k < parameters % layers ? 1 : 0);
+        m.tensors.push_back({"layer" + std::to_string(k), n, 1.0});
+    }
+    return m;
+}
+
+/// The model called `name` (resnet50, resnet101, inception_v3, or uniform:N: N parameters in 16 equal layers);
+/// empty tensors for any other name.
 inline model_description model_named(const std::string& name) {
+    if (name.rfind("uniform:", 0) == 0) return uniform_model(std::stoull(name.substr(8)), 16);
     if (name == "resnet50") return resnet50();
     if (name == "resnet101") return resnet101();
     if (name == "inception_v3") return inception_v3();

@@ -34,7 +34,10 @@
 #include "hitch/comm/simulated.hpp"
 #include "hitch/exchange/aggregate.hpp"
 #include "hitch/optim/sgd.hpp"
+#include "hitch/sync/backup_workers.hpp"
 #include "hitch/sync/hard.hpp"
+#include "hitch/sync/local_sgd.hpp"
+#include "hitch/sync/ssp.hpp"
 #include "hitch/train/bucket_pipeline.hpp"
 #include "hitch/train/buckets.hpp"
 #include "hitch/train/data_parallel.hpp"
@@ -51,6 +54,9 @@ struct step_settings {
     int steps = 2;  // all but the first are timed (the first finds the network idle)
     bool timing_only = true;
     enum class engine_kind { model, data_parallel } engine = engine_kind::model;
+    /// data_parallel's sync policy (engine data_parallel; the re-enactment is hard sync): local SGD averages every
+    /// 4 steps, SSP lets a worker run 3 steps ahead, backup workers drop the last gradient of each step.
+    enum class policy_kind { hard, local_sgd, ssp, backup_workers } policy = policy_kind::hard;
     /// Each rank's compute in each step is scaled by 1 + jitter_cv z, z a standard normal drawn from (rank, step): the
     /// variation of step times a synchronous step waits for the slowest of (at least 0.5).
     double jitter_cv = 0.0;
@@ -60,8 +66,9 @@ struct step_settings {
 };
 
 struct step_result {
-    double step_s = 0;     // the mean of the timed steps, from the first rank's start to the last rank's end
-    double exposed_s = 0;  // step_s - compute_s: what the backward pass does not hide
+    double step_s = 0;        // the mean of the timed steps, from the first rank's start to the last rank's end
+    double rank0_step_s = 0;  // the mean of rank 0's own timed steps (a fast worker, where one rank is slow)
+    double exposed_s = 0;     // step_s - compute_s: what the backward pass does not hide
     std::size_t buckets = 0;
 };
 
@@ -166,7 +173,7 @@ rank_span model_rank(hitch::comm::simulated& comm, const step_settings& s, const
 }
 
 /// One rank's steps through hitch::data_parallel itself.
-template <class Schedule>
+template <class Schedule, class Sync = hitch::sync::hard>
 rank_span data_parallel_rank(hitch::comm::simulated& comm, const step_settings& s, float* shared) {
     const std::size_t total = s.model.parameters();
     std::vector<float> own_params, own_grads;
@@ -186,8 +193,11 @@ rank_span data_parallel_rank(hitch::comm::simulated& comm, const step_settings& 
         at += t.size;
     }
     hitch::cpu dev;
-    using engine = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::hard, Schedule>;
+    using engine = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, Sync, Schedule>;
     typename engine::options o;
+    if constexpr (std::is_same_v<Sync, hitch::sync::local_sgd>) o.sync.period = 4;
+    if constexpr (std::is_same_v<Sync, hitch::sync::ssp>) o.sync.staleness_bound = 3;
+    if constexpr (std::is_same_v<Sync, hitch::sync::backup_workers>) o.sync.backups = 1;
     o.overlap = s.overlap;
     o.bucket_bytes = s.bucket_bytes;
     o.broadcast_parameters = false;  // a start from equal parameters, as the re-enactment's
@@ -231,10 +241,19 @@ step_result simulate_step(int p, const hitch::comm::simulated_network& net, cons
         [&](hitch::comm::simulated& comm) {
             auto& span = spans[static_cast<std::size_t>(comm.rank())];
             if (s.engine == step_settings::engine_kind::data_parallel) {
-                if constexpr (std::is_same_v<Codec, hitch::compress::none>)
-                    span = detail::data_parallel_rank<Schedule>(comm, s, shared_data);
-                else
+                using kind = step_settings::policy_kind;
+                if constexpr (!std::is_same_v<Codec, hitch::compress::none>)
                     throw hitch::config_error("hitch-simulate: --engine data_parallel runs without a compressor");
+                else if (s.policy == kind::hard)
+                    span = detail::data_parallel_rank<Schedule>(comm, s, shared_data);
+                else if constexpr (!std::is_same_v<Schedule, hitch::allreduce::ring>)
+                    throw hitch::config_error("hitch-simulate: --policy other than hard runs with --schedule ring");
+                else if (s.policy == kind::local_sgd)
+                    span = detail::data_parallel_rank<Schedule, hitch::sync::local_sgd>(comm, s, shared_data);
+                else if (s.policy == kind::ssp)
+                    span = detail::data_parallel_rank<Schedule, hitch::sync::ssp>(comm, s, shared_data);
+                else
+                    span = detail::data_parallel_rank<Schedule, hitch::sync::backup_workers>(comm, s, shared_data);
             } else {
                 span = detail::model_rank(comm, s, schedule, codec, shared_data);
             }
@@ -249,6 +268,7 @@ step_result simulate_step(int p, const hitch::comm::simulated_network& net, cons
         last_end = std::max(last_end, span.end);
     }
     r.step_s = (last_end - first_begin) / std::max(1, s.steps - 1);
+    r.rank0_step_s = (spans.front().end - spans.front().begin) / std::max(1, s.steps - 1);
     r.exposed_s = std::max(0.0, r.step_s - s.compute_s);  // (per-layer compute is rounded to picoseconds)
     r.buckets = spans.front().buckets;
     return r;

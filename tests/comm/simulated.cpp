@@ -340,3 +340,56 @@ TEST_CASE("comm::simulated: messages from timing-only memory carry no bytes and 
     CHECK(same_time(timing_only[1].second, with_data[1].second));
     CHECK(same_time(with_data[1].second, alpha + (n + 1) * 4 * beta));  // the second waits for the first
 }
+
+TEST_CASE("comm::simulated: buffered switches free a sender's port while its message queues at the receiver",
+          "[comm][simulated]") {
+    constexpr std::size_t n = 4000;  // bytes
+    // Ranks 1 and 2 both send to rank 0 at t0; rank 1 then sends to rank 3. Rank 2's message holds rank 0's down
+    // link first, so rank 1's waits for it. As a circuit it holds rank 1's port meanwhile and rank 1's next message
+    // leaves late; through a buffered switch rank 1's port is free once its bytes have left.
+    const auto arrival_at_3 = [&](simulated_network::switching mode) {
+        simulated_network network = net;
+        network.mode = mode;
+        const auto times = run_simulated(4, network, [&](simulated& comm) {
+            std::vector<std::byte> out(n, std::byte{1}), a(n), b(n);
+            if (comm.rank() == 2)
+                start_at(comm, t0 - 1e-9);  // first onto rank 0's link
+            else
+                start_at(comm, t0);
+            if (comm.rank() == 0) {
+                auto r1 = comm.irecv(std::span<std::byte>(a), 1, 0);
+                auto r2 = comm.irecv(std::span<std::byte>(b), 2, 0);
+                r1.wait();
+                r2.wait();
+            } else if (comm.rank() == 1) {
+                comm.send(std::span<const std::byte>(out), 0, 0);
+                comm.send(std::span<const std::byte>(out), 3, 0);
+            } else if (comm.rank() == 2) {
+                comm.send(std::span<const std::byte>(out), 0, 0);
+            } else {
+                comm.recv(std::span<std::byte>(a), 1, 0);
+            }
+            return comm.virtual_time().count() - t0;
+        });
+        return times[3];
+    };
+    const double lead = -1e-9 + n * beta;  // rank 2's message holds rank 0's link until then
+    CHECK(same_time(arrival_at_3(simulated_network::switching::circuit), lead + 2 * n * beta + alpha));
+    CHECK(same_time(arrival_at_3(simulated_network::switching::buffered), 2 * n * beta + alpha));
+    // On an idle network both are the alpha-beta model.
+    for (auto mode : {simulated_network::switching::circuit, simulated_network::switching::buffered}) {
+        simulated_network network = net;
+        network.mode = mode;
+        const auto ends = run_simulated(8, network, [&](simulated& comm) {
+            ar::group g(comm);
+            std::vector<float> data(1 << 16, 1.0f);
+            ar::call_options o;
+            o.check = false;
+            start_at(comm, t0);
+            ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, ar::rabenseifner{}, o);
+            return comm.virtual_time().count() - t0;
+        });
+        const double bytes = 4.0 * (1 << 16);
+        for (double t : ends) CHECK(same_time(t, 2 * 3 * alpha + 2.0 * 7 / 8 * bytes * beta));
+    }
+}

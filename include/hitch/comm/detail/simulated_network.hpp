@@ -57,7 +57,20 @@ struct simulated_network {
         nodes,
     };
 
+    /// How a message crosses the links of its route.
+    enum class switching : std::uint8_t {
+        /// The message holds every link of its route at once, from when all are free (a circuit): a link may idle
+        /// while the message waits for another. Pessimistic where flows converge (a tree's two children on their
+        /// parent's port).
+        circuit,
+        /// Each switch buffers (cut-through, unbounded buffers): the message crosses each link as soon as that link
+        /// is free and the hop before has begun, finishing no earlier than the hop before. Flows converging on a
+        /// port queue there and nowhere else.
+        buffered,
+    };
+
     topology shape = topology::single_switch;
+    switching mode = switching::circuit;
     link_model nic{};
     int ranks_per_leaf = 16;
     double oversubscription = 1.0;
@@ -269,6 +282,7 @@ public:
         if (from == to) return {at, at};
         std::array<int, 4> route{};
         const int hops = route_of(from, to, route);
+        if (net_.mode == simulated_network::switching::buffered) return reserve_buffered(route, hops, bytes, at);
         vtime start = at, latency = 0;
         double slowest = 0;
         for (int h = 0; h < hops; ++h) {
@@ -311,6 +325,25 @@ public:
     }
 
 private:
+    /// simulated_network::switching::buffered: hop by hop. On an idle route the same times as a circuit.
+    transfer_times reserve_buffered(const std::array<int, 4>& route, int hops, std::size_t bytes, vtime at) {
+        const double n = static_cast<double>(bytes);
+        vtime begin = at, end = at, latency = 0, sent = at;
+        for (int h = 0; h < hops; ++h) {
+            simulated_link& l = links_[static_cast<std::size_t>(route[static_cast<std::size_t>(h)])];
+            const auto hold = static_cast<vtime>(std::llround(n * l.ps_per_byte));
+            begin = std::max(begin, l.free_at);
+            end = std::max(begin + hold, end);
+            l.free_at = end;
+            l.busy += hold;
+            l.bytes += bytes;
+            ++l.messages;
+            latency += l.latency;
+            if (h == 0) sent = end;
+        }
+        return {sent, end + latency};
+    }
+
     int route_of(int from, int to, std::array<int, 4>& route) const {
         const int up = 0, down = ranks_, group_up = 2 * ranks_, group_down = 2 * ranks_ + groups_;
         switch (net_.shape) {
