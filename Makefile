@@ -11,6 +11,11 @@ BUILD ?= build
 CLANG_BUILD ?= build-clang
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
+# The GPU architectures the CUDA tests and benchmarks are compiled for: this machine's GPU when it has one, else
+# sm_90 alone, which is enough to check that every CUDA source compiles and links (a machine without a GPU skips the
+# GPU tests) and halves nvcc's time. Code of your own that uses hitch::cuda keeps CMake's default, 80;90.
+CUDA_ARCHS ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ' \
+	| grep -E '^[0-9]+$$' || echo 90)
 # The families whose tests run threads against each other: built a second time with clang by make test.
 CLANG_FAMILIES ?= core;parallel;comm;allreduce;train;sync
 CLANG_EXAMPLES ?= OFF
@@ -45,14 +50,14 @@ deps:
 	@scripts/install-deps.sh
 
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS) $(CMAKE_ARGS)
 
 deps-demo:
 	@scripts/install-deps.sh --demo
 
 # The same build directory as make test's, so a later make test reuses what the demo built.
 configure-demo: deps-demo
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS) $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
