@@ -20,17 +20,14 @@ namespace hitch_test {
 namespace ct = hitch::cuda::train;
 namespace co = hitch::cuda::optim;
 
-/// The chunk table of rows `layers` (indices into the row table), as gradients::build_tables makes it for a bucket.
+/// The chunk table of rows `layers` (one bucket's), as gradients::build_tables makes it (make_intake_layout).
 inline std::vector<co::chunk_entry> chunks_of(const std::vector<ct::intake_row>& rows,
                                               const std::vector<std::size_t>& layers) {
-    std::vector<std::size_t> sizes;
-    for (std::size_t k : layers) sizes.push_back(static_cast<std::size_t>(rows[k].n));
-    std::vector<co::chunk_entry> out;
-    for (co::chunk_entry e : co::make_chunk_layout(sizes).chunks) {
-        e.tensor = static_cast<std::uint32_t>(layers[e.tensor]);
-        out.push_back(e);
-    }
-    return out;
+    std::vector<std::size_t> sizes(rows.size());
+    for (std::size_t k = 0; k < rows.size(); ++k) sizes[k] = static_cast<std::size_t>(rows[k].n);
+    hitch::train::bucket_plan bucket;
+    bucket.layers = layers;
+    return ct::make_intake_layout(std::span<const hitch::train::bucket_plan>(&bucket, 1), sizes).chunks;
 }
 
 /// reset_reports_kernel, take_kernel and (without loss scaling) capture_kernel over `layers`.

@@ -137,7 +137,10 @@ public:
             sticky_.resize(layers_.size());
         }
         build_tables();
+        // Memory allocated in stream order on either stream (the masters on the device's, the buckets on the
+        // exchange's) is used on the other from now on.
         xdev_.synchronize();
+        dev_.synchronize();
     }
     gradients(const gradients&) = delete;
     gradients& operator=(const gradients&) = delete;
@@ -518,18 +521,11 @@ private:
                 r.packed = data_[b].data() + plan_[b].offsets[i];
                 r.n = layers_[k].size();
             }
-        std::vector<hitch::cuda::optim::chunk_entry> chunks;
-        chunk_first_.assign(1, 0);
-        for (std::size_t b = 0; b < plan_.size(); ++b) {
-            std::vector<std::size_t> sizes;
-            for (std::size_t k : plan_[b].layers) sizes.push_back(layers_[k].size());
-            const hitch::cuda::optim::chunk_layout layout = hitch::cuda::optim::make_chunk_layout(sizes);
-            for (hitch::cuda::optim::chunk_entry e : layout.chunks) {
-                e.tensor = static_cast<std::uint32_t>(plan_[b].layers[e.tensor]);
-                chunks.push_back(e);
-            }
-            chunk_first_.push_back(chunks.size());
-        }
+        std::vector<std::size_t> sizes;
+        for (const hitch::layer& l : layers_) sizes.push_back(l.size());
+        const intake_layout layout = make_intake_layout(plan_, sizes);
+        const std::vector<hitch::cuda::optim::chunk_entry>& chunks = layout.chunks;
+        chunk_first_ = layout.first;
         rows_ = device_buffer<intake_row, cuda::device>(xdev_, rows.size());
         chunks_ = device_buffer<hitch::cuda::optim::chunk_entry, cuda::device>(xdev_, chunks.size());
         reports_ = device_buffer<intake_report, cuda::device>(xdev_, layers_.size());

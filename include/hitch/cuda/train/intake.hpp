@@ -12,9 +12,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "hitch/cuda/amp/convert.hpp"
 #include "hitch/cuda/detail/hd.hpp"
+#include "hitch/cuda/optim/multi_tensor.hpp"
+#include "hitch/train/buckets.hpp"
 
 namespace hitch::cuda::train {
 
@@ -46,6 +50,31 @@ struct intake_scalars {
     float count = 1.0f;        // taken + 1, as float
     std::uint32_t pack = 0;    // copy the result into the bucket
 };
+
+/// The chunk table of the intake's launches (hitch/cuda/optim/multi_tensor.hpp's chunks of 4096 elements): bucket
+/// b's launches walk chunks [first[b], first[b + 1]), each naming its layer by index (the row of the layer table);
+/// the whole table is every layer's chunks (an accumulation's launch).
+struct intake_layout {
+    std::vector<hitch::cuda::optim::chunk_entry> chunks;
+    std::vector<std::uint64_t> first;  // per bucket, and one past the last
+};
+
+/// The intake's chunk table for buckets `plan` of layers of `sizes` elements (train/buckets.hpp's plan).
+[[nodiscard]] inline intake_layout make_intake_layout(std::span<const hitch::train::bucket_plan> plan,
+                                                      std::span<const std::size_t> sizes) {
+    intake_layout out;
+    out.first.assign(1, 0);
+    for (const hitch::train::bucket_plan& bucket : plan) {
+        std::vector<std::size_t> bucket_sizes;
+        for (const std::size_t k : bucket.layers) bucket_sizes.push_back(sizes[k]);
+        for (hitch::cuda::optim::chunk_entry e : hitch::cuda::optim::make_chunk_layout(bucket_sizes).chunks) {
+            e.tensor = static_cast<std::uint32_t>(bucket.layers[e.tensor]);
+            out.chunks.push_back(e);
+        }
+        out.first.push_back(out.chunks.size());
+    }
+    return out;
+}
 
 /// The value a layer's gradient element takes in: the low-precision gradient widened (IsHalf: FP16, else BF16), or
 /// the FP32 one, unscaled with loss scaling.
