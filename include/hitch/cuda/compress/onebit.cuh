@@ -106,8 +106,8 @@ static __global__ void onebit_runs_kernel(const sign_sums* partials, onebit_plan
 }
 
 /// Each group's two means from its runs (in order), into the payload and `values`; *bad for a non-finite group.
-static __global__ void onebit_pairs_kernel(const sign_sums* runs, onebit_plan plan, unsigned char* pairs, onebit_pair* values,
-                                    std::uint32_t* bad) {
+static __global__ void onebit_pairs_kernel(const sign_sums* runs, onebit_plan plan, unsigned char* pairs,
+                                           onebit_pair* values, std::uint32_t* bad) {
     for (std::size_t k = cuda::detail::grid_index(); k < plan.groups; k += cuda::detail::grid_stride()) {
         sign_sums total;
         for (std::size_t j = 0; j < plan.runs; ++j) sign_accumulate(total, runs[k * plan.runs + j]);
@@ -121,7 +121,7 @@ static __global__ void onebit_pairs_kernel(const sign_sums* runs, onebit_plan pl
 }
 
 static __global__ void onebit_residual_kernel(const float* g, const float* r_in, float* r_out, onebit_plan plan,
-                                       const onebit_pair* values) {
+                                              const onebit_pair* values) {
     for (std::size_t i = cuda::detail::grid_index(); i < plan.n; i += cuda::detail::grid_stride())
         r_out[i] = onebit_residual(g[i], r_in[i], values[i / plan.size]);
 }

@@ -52,7 +52,7 @@ namespace hitch::cuda::compress::detail {
 /// Per group: norm and quantiser from the group's sum of squares; the norm into `norms` (4 bytes per group, any
 /// alignment), *bad for a non-finite group.
 static __global__ void qsgd_groups_kernel(const moments* totals, std::size_t groups, std::uint32_t levels,
-                                   unsigned char* norms, quantizer* quantizers, std::uint32_t* bad) {
+                                          unsigned char* norms, quantizer* quantizers, std::uint32_t* bad) {
     for (std::size_t k = cuda::detail::grid_index(); k < groups; k += cuda::detail::grid_stride()) {
         const qsgd_group g = qsgd_setup(totals[k].sum_squares, levels);
         if (!g.finite) atomicOr(bad, 1u);
@@ -94,7 +94,7 @@ struct sum_u64 {
 
 /// keys[i] = i + 1 where code i has a non-zero level, else 0 (a max scan of them gives the previous non-zero index).
 static __global__ void elias_keys_kernel(const std::uint16_t* codes, std::size_t n, std::uint64_t* keys,
-                                  std::uint32_t* nonzero) {
+                                         std::uint32_t* nonzero) {
     for (std::size_t i = cuda::detail::grid_index(); i < n; i += cuda::detail::grid_stride()) {
         const bool nz = (codes[i] >> 1) != 0;
         keys[i] = nz ? i + 1 : 0;
@@ -104,15 +104,15 @@ static __global__ void elias_keys_kernel(const std::uint16_t* codes, std::size_t
 
 /// lengths[i] = bits of element i's entry (0 for a zero level), from prev[i] = index + 1 of the previous non-zero.
 static __global__ void elias_lengths_kernel(const std::uint16_t* codes, const std::uint64_t* prev, std::size_t n,
-                                     std::uint64_t* lengths) {
+                                            std::uint64_t* lengths) {
     for (std::size_t i = cuda::detail::grid_index(); i < n; i += cuda::detail::grid_stride())
         lengths[i] = (codes[i] >> 1) != 0 ? elias_entry_bits(i + 1 - prev[i], codes[i]) : 0;
 }
 
 /// Writes every non-zero level's entry at its bit offset (quantize.hpp's elias_entry), ORing its 1 bits into the
 /// stream's 32-bit words (bit p is bit 7 - p % 8 of byte p / 8, the bytes little-endian in a word).
-static __global__ void elias_write_kernel(const std::uint16_t* codes, const std::uint64_t* prev, const std::uint64_t* offsets,
-                                   std::size_t n, std::uint32_t* words) {
+static __global__ void elias_write_kernel(const std::uint16_t* codes, const std::uint64_t* prev,
+                                          const std::uint64_t* offsets, std::size_t n, std::uint32_t* words) {
     for (std::size_t i = cuda::detail::grid_index(); i < n; i += cuda::detail::grid_stride()) {
         if ((codes[i] >> 1) == 0) continue;
         elias_entry(offsets[i], i + 1 - prev[i], codes[i], [words](std::uint64_t p) {
@@ -125,7 +125,7 @@ static __global__ void elias_write_kernel(const std::uint16_t* codes, const std:
 // The parallel parse of an Elias stream (quantize.hpp): chunk walks, rounds, the starts, the entries.
 
 static __global__ void elias_first_walks_kernel(const unsigned char* s, std::size_t bytes, std::uint64_t chunks,
-                                         std::uint32_t* marks, std::uint64_t* in, elias_walk* walks) {
+                                                std::uint32_t* marks, std::uint64_t* in, elias_walk* walks) {
     for (std::uint64_t c = cuda::detail::grid_index(); c < chunks; c += cuda::detail::grid_stride()) {
         const elias_chunk ch = elias_chunk_of(s, bytes, c, elias_chunk_bits, marks);
         in[c] = ch.begin;
@@ -134,8 +134,8 @@ static __global__ void elias_first_walks_kernel(const unsigned char* s, std::siz
 }
 
 static __global__ void elias_round_kernel(const unsigned char* s, std::size_t bytes, std::uint64_t chunks,
-                                   std::uint32_t* marks, std::uint64_t* in, const elias_walk* now, elias_walk* next,
-                                   std::uint32_t* changed) {
+                                          std::uint32_t* marks, std::uint64_t* in, const elias_walk* now,
+                                          elias_walk* next, std::uint32_t* changed) {
     bool walked = false;
     for (std::uint64_t c = cuda::detail::grid_index(); c < chunks; c += cuda::detail::grid_stride()) {
         if (c == 0) {
@@ -154,16 +154,16 @@ static __global__ void elias_counts_kernel(const elias_walk* walks, std::uint64_
 }
 
 static __global__ void elias_starts_kernel(const unsigned char* s, std::size_t bytes, std::uint64_t chunks,
-                                    std::uint32_t* marks, const std::uint64_t* in, const std::uint64_t* offsets,
-                                    std::uint64_t limit, std::uint64_t* starts) {
+                                           std::uint32_t* marks, const std::uint64_t* in, const std::uint64_t* offsets,
+                                           std::uint64_t limit, std::uint64_t* starts) {
     for (std::uint64_t c = cuda::detail::grid_index(); c < chunks; c += cuda::detail::grid_stride())
         elias_list_starts(elias_chunk_of(s, bytes, c, elias_chunk_bits, marks), in[c], offsets[c], limit, starts);
 }
 
 /// Entry j's fields; a level above s lowers *key to its failure.
 static __global__ void elias_fields_kernel(const unsigned char* s, std::size_t bytes, const std::uint64_t* starts,
-                                    std::uint64_t m, std::uint32_t levels, std::uint64_t* gaps, std::uint32_t* code,
-                                    std::uint64_t* level, unsigned long long* key) {
+                                           std::uint64_t m, std::uint32_t levels, std::uint64_t* gaps,
+                                           std::uint32_t* code, std::uint64_t* level, unsigned long long* key) {
     for (std::uint64_t j = cuda::detail::grid_index(); j < m; j += cuda::detail::grid_stride()) {
         const elias_entry_fields f = elias_entry_at(s, bytes, starts[j]);
         gaps[j] = f.gap;
@@ -174,8 +174,8 @@ static __global__ void elias_fields_kernel(const unsigned char* s, std::size_t b
 }
 
 /// index[j] from the saturated sums of the gaps; an index past the bucket lowers *key to its failure.
-static __global__ void elias_index_kernel(const std::uint64_t* sums, std::uint64_t m, std::uint64_t n, std::uint64_t* index,
-                                   unsigned long long* key) {
+static __global__ void elias_index_kernel(const std::uint64_t* sums, std::uint64_t m, std::uint64_t n,
+                                          std::uint64_t* index, unsigned long long* key) {
     for (std::uint64_t j = cuda::detail::grid_index(); j < m; j += cuda::detail::grid_stride()) {
         if (sums[j] > n) atomicMin(key, static_cast<unsigned long long>(elias_failure_key(j, 1)));
         index[j] = sums[j] - 1;
@@ -184,14 +184,15 @@ static __global__ void elias_index_kernel(const std::uint64_t* sums, std::uint64
 
 /// Whether only padding follows entry nnz - 1 (elias_parse's last check).
 static __global__ void elias_tail_kernel(const unsigned char* s, std::size_t bytes, const std::uint64_t* starts,
-                                  std::uint64_t nnz, std::uint32_t* ok) {
+                                         std::uint64_t nnz, std::uint32_t* ok) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     const std::uint64_t end = nnz == 0 ? 0 : elias_entry_at(s, bytes, starts[nnz - 1]).end;
     *ok = elias_only_padding(s, bytes, end) ? 1u : 0u;
 }
 
 static __global__ void elias_scatter_kernel(const std::uint64_t* index, const std::uint32_t* code, std::uint64_t nnz,
-                                     const unsigned char* norms, std::uint32_t levels, std::size_t size, float* out) {
+                                            const unsigned char* norms, std::uint32_t levels, std::size_t size,
+                                            float* out) {
     for (std::size_t j = cuda::detail::grid_index(); j < nnz; j += cuda::detail::grid_stride()) {
         const std::size_t i = index[j];
         const float unit = hd::div(load_f32(norms + 4 * (i / size)), static_cast<float>(levels));
@@ -202,7 +203,8 @@ static __global__ void elias_scatter_kernel(const std::uint64_t* index, const st
 // ---- fixed coding decode ----------------------------------------------------------------------------------------
 
 /// The first group whose norm the decoder refuses (atomicMin).
-static __global__ void qsgd_norm_check_kernel(const unsigned char* norms, std::size_t groups, unsigned long long* first) {
+static __global__ void qsgd_norm_check_kernel(const unsigned char* norms, std::size_t groups,
+                                              unsigned long long* first) {
     for (std::size_t k = cuda::detail::grid_index(); k < groups; k += cuda::detail::grid_stride()) {
         const float norm = load_f32(norms + 4 * k);
         if (!finite(norm) || norm < 0.0f) atomicMin(first, static_cast<unsigned long long>(k));
@@ -210,8 +212,8 @@ static __global__ void qsgd_norm_check_kernel(const unsigned char* norms, std::s
 }
 
 /// The first code the decoder refuses (atomicMin), one thread per 8 codes.
-static __global__ void qsgd_code_check_kernel(const unsigned char* stream, std::size_t n, unsigned b, std::uint32_t levels,
-                                       unsigned long long* first) {
+static __global__ void qsgd_code_check_kernel(const unsigned char* stream, std::size_t n, unsigned b,
+                                              std::uint32_t levels, unsigned long long* first) {
     for (std::size_t t = cuda::detail::grid_index(); t < (n + 7) / 8; t += cuda::detail::grid_stride()) {
         const unsigned count = n - 8 * t < 8 ? static_cast<unsigned>(n - 8 * t) : 8u;
         for (unsigned j = 0; j < count; ++j)

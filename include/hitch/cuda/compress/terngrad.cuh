@@ -80,7 +80,7 @@ static __global__ void __launch_bounds__(256) terngrad_tops_kernel(const float* 
 /// running[b] = the running maximum of step block b within its segment (one thread per segment); *bad for a NaN or
 /// an infinity.
 static __global__ void terngrad_running_kernel(const std::uint32_t* tops, std::size_t blocks, float* running,
-                                        std::uint32_t* bad) {
+                                               std::uint32_t* bad) {
     constexpr std::size_t per_segment = terngrad_segment / terngrad_step;
     const std::size_t segments = (blocks + per_segment - 1) / per_segment;
     for (std::size_t k = cuda::detail::grid_index(); k < segments; k += cuda::detail::grid_stride()) {
@@ -113,8 +113,8 @@ __device__ __forceinline__ void store_codes2(unsigned char* out, std::uint32_t w
 
 /// One-pass quantisation, thinning and packing: 16 elements per thread.
 static __global__ void terngrad_one_pass_kernel(const float* g, std::size_t n, const float* running,
-                                         const std::uint32_t* scale_bits, std::uint64_t key, std::uint64_t thin_key,
-                                         unsigned char* codes) {
+                                                const std::uint32_t* scale_bits, std::uint64_t key,
+                                                std::uint64_t thin_key, unsigned char* codes) {
     const counter_rng base(key), thin_base(thin_key);
     const float scale = hd::from_bits(*scale_bits);
     const std::size_t runs = (n + terngrad_per_thread - 1) / terngrad_per_thread;
@@ -135,8 +135,8 @@ static __global__ void terngrad_one_pass_kernel(const float* g, std::size_t n, c
 }
 
 /// Two-pass setup: the bucket's scale and quantiser from its reductions, the scale into the payload.
-static __global__ void terngrad_setup_kernel(const moments* total, std::size_t n, double clip_sigmas, unsigned char* payload,
-                                      quantizer* q, std::uint32_t* bad) {
+static __global__ void terngrad_setup_kernel(const moments* total, std::size_t n, double clip_sigmas,
+                                             unsigned char* payload, quantizer* q, std::uint32_t* bad) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     const moments m = *total;
     if (m.bad != 0 || !finite(m.sum_squares) || !finite(m.sum)) atomicOr(bad, 1u);

@@ -248,7 +248,7 @@ struct header_words {
 };
 
 static __global__ void seal_kernel(std::uint32_t* head, header_words words, std::uint32_t head_shifted,
-                            const std::uint32_t* payload_raw) {
+                                   const std::uint32_t* payload_raw) {
     const unsigned k = threadIdx.x;
     if (k < 7) head[k] = words.w[k];
     if (k == 7) head[7] = seal_checksum(head_shifted, *payload_raw);
