@@ -1,18 +1,20 @@
 // shm_death ROLE WAY (3 MPI ranks, one node, the staged path): rank 1 dies WAY (exit: std::_Exit(1), without
 // MPI_Finalize; kill: SIGKILL) inside a call, ROLE: holder (it has received a message lent in place from rank 0's
-// pipe and holds that slot; rank 0 goes on sending until its pipe to rank 1 is full) or sender (it dies while rank 0
-// is taking a 4 MiB message of many pieces from its pipe). Rank 2 waits in the same call for a message from rank 1.
-// Each survivor prints "rank R: <what it caught>" on standard error and returns 1 (the watchdog then ends its
-// MPI_Finalize, which cannot complete without rank 1). Rank 0 prints "pid P" first, so tests/allreduce/
-// run_shm_death.cmake can check that nothing named after it is left in /dev/shm.
+// pipe and holds that slot; rank 0 goes on sending until its pipe to rank 1 is full) or sender (it dies part-way
+// through sending a 4 MiB message of many pieces, which rank 0 then takes from its pipe). Rank 2 waits in the same call
+// for a message from rank 1. Each survivor prints "rank R: <what it caught>" on standard error and returns 1 (the
+// watchdog then ends its MPI_Finalize, which cannot complete without rank 1). Rank 0 prints "pid P" first, so
+// tests/allreduce/run_shm_death.cmake can check that nothing named after it is left in /dev/shm.
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hitch/allreduce/allreduce.hpp"
@@ -76,6 +78,9 @@ int main(int argc, char** argv) {
                     for (int i = 0; i < 200; ++i) (void)s.test();  // some pieces leave
                     die(way);
                 } else if (me == 0) {
+                    // Only once rank 1 is gone: its sends can fill the pipe (16 slots of 64 KiB) and no more, so
+                    // the 4 MiB message is cut off part-way however fast the two ranks run.
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
                     std::vector<float> in(std::size_t{1} << 20);
                     auto r = t.receive_into<float>(1, 0, std::span<float>(in));
                     r.wait(t.limit());
