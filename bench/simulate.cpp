@@ -10,7 +10,8 @@
 //   {"bench":"simulate","topology":"single_switch","schedule":"ring","p":64,"bytes":1048576,
 //    "virtual_s":...,"model_s":...,"step_s":...,"efficiency":...,"bytes_per_rank":...,
 //    "bytes_across_nodes_per_rank":...,"wall_s":...}
-// virtual_s is the all-reduce's virtual time from a common start until the last rank has the result; step_s adds
+// virtual_s is the all-reduce's virtual time from a common start until the last rank has the result (automatic: its
+// second call, after the first has calibrated); step_s adds
 // --compute-ms of compute before it, and efficiency is compute / step_s (the scaling efficiency of a step whose
 // gradients are all-reduced after the backward pass, without overlap). bytes_per_rank is the mean sent per rank
 // (the group's setup, a few bytes, included); bytes_across_nodes_per_rank is what left the nodes through their NICs
@@ -30,10 +31,12 @@
 // time over this one's (weak scaling from the first p, as Goyal et al. 2017 count from one server).
 //
 // --compare-local runs each schedule on comm::local as well (threads of this process, the message path) and on a
-// single switch with the alpha and beta automatic measured there, and prints the measured time (the median of 7,
-// slowest rank), the prediction and the prediction's relative error:
+// single switch with the alpha and beta of a line fitted through ping-pongs between two threads there, and prints
+// the measured time (the median of 7, slowest rank) and two predictions with their relative errors: the network
+// model alone, and with each rank's own work (combining) charged as measured here (host_time_scale = 1, the
+// median of 5 simulations):
 //   {"bench":"simulate_vs_local","schedule":"ring","p":2,"bytes":1048576,"alpha_s":...,"beta_s_per_byte":...,
-//    "measured_s":...,"predicted_s":...,"error":...}
+//    "measured_s":...,"predicted_network_s":...,"predicted_s":...,"error_network":...,"error":...}
 
 #include <CLI/CLI.hpp>
 
@@ -134,7 +137,9 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
              const Schedule& schedule, int p, std::size_t bytes) {
     const std::size_t count = bytes / sizeof(float);
     const double compute_s = s.compute_ms * 1e-3;
-    constexpr double start_s = 1.0;  // after the group's setup, on an idle network
+    // After the group's setup, on an idle network; automatic first calibrates (its first call, timed apart).
+    constexpr bool calibrates = std::is_same_v<Schedule, ar::automatic>;
+    const double start_s = calibrates ? 1000.0 : 1.0;
     const auto wall_start = std::chrono::steady_clock::now();
     std::vector<float> shared;
     hitch::comm::simulated_options options;
@@ -151,6 +156,11 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
             const hitch::tensor_view<float> data(s.timing_only ? shared.data() : own.data(), count);
             ar::call_options o;
             o.check = false;
+            if constexpr (calibrates) {
+                comm.advance_to(hitch::seconds_f(1.0));
+                ar::allreduce(g, data, ar::reduce_op::sum, schedule, o);
+                if (!s.timing_only) std::fill(own.begin(), own.end(), static_cast<float>(comm.rank() % 4));
+            }
             comm.advance_to(hitch::seconds_f(start_s));
             comm.compute(hitch::seconds_f(compute_s));
             ar::allreduce(g, data, ar::reduce_op::sum, schedule, o);
@@ -192,10 +202,52 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
     std::fflush(stdout);
 }
 
+/// alpha and beta of comm::local's message path on this machine: a least-squares line through the one-way times
+/// (half the round trip, median of 9) of ping-pongs between two threads, 1 KiB to 16 MiB.
+hitch::cost_constants fit_local_constants() {
+    std::vector<double> sizes, times;
+    for (std::size_t bytes = 1024; bytes <= (std::size_t{16} << 20); bytes *= 4) {
+        const auto t = hitch::comm::run_local(2, [&](hitch::comm::local& comm) {
+            std::vector<std::byte> buf(bytes, std::byte{1});
+            std::vector<double> runs;
+            for (int i = 0; i < 10; ++i) {
+                comm.barrier();
+                const auto start = std::chrono::steady_clock::now();
+                if (comm.rank() == 0) {
+                    comm.send(std::span<const std::byte>(buf), 1, 0);
+                    comm.recv(std::span<std::byte>(buf), 1, 0);
+                } else {
+                    comm.recv(std::span<std::byte>(buf), 0, 0);
+                    comm.send(std::span<const std::byte>(buf), 0, 0);
+                }
+                runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 2);
+            }
+            std::sort(runs.begin() + 1, runs.end());  // the first is a warm-up
+            return runs[5];
+        });
+        sizes.push_back(static_cast<double>(bytes));
+        times.push_back(t[0]);
+    }
+    const double n = static_cast<double>(sizes.size());
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        sx += sizes[i];
+        sy += times[i];
+        sxx += sizes[i] * sizes[i];
+        sxy += sizes[i] * times[i];
+    }
+    hitch::cost_constants k;
+    k.beta_s_per_byte = std::max(1e-13, (n * sxy - sx * sy) / (n * sxx - sx * sx));
+    k.alpha_s = std::max(1e-9, (sy - k.beta_s_per_byte * sx) / n);
+    return k;
+}
+
 /// The same schedule on comm::local (threads of this process, the message path) and on a single switch with the
-/// alpha and beta automatic measured there: how far the simulator's prediction is from a real run.
+/// alpha and beta fitted there, the schedule's own work (combining) charged as measured on this machine
+/// (simulated_options::host_time_scale = 1): how far the simulator's prediction is from a real run.
 template <class Schedule>
-void compare_local(const std::string& name, const Schedule& schedule, int p, std::size_t bytes) {
+void compare_local(const std::string& name, const Schedule& schedule, int p, std::size_t bytes,
+                   const hitch::cost_constants& k) {
     const std::size_t count = bytes / sizeof(float);
     constexpr int runs = 7;
     ar::call_options o;
@@ -204,7 +256,6 @@ void compare_local(const std::string& name, const Schedule& schedule, int p, std
     const auto measured = hitch::comm::run_local(p, [&](hitch::comm::local& comm) {
         ar::group g(comm);
         std::vector<float> data(count, 1.0f);
-        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, ar::automatic{}, o);  // measures the constants
         std::vector<double> times;
         for (int i = 0; i < runs + 1; ++i) {
             comm.barrier();
@@ -213,24 +264,37 @@ void compare_local(const std::string& name, const Schedule& schedule, int p, std
             times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         }
         std::sort(times.begin() + 1, times.end());  // the first run is a warm-up
-        return std::pair<double, hitch::cost_constants>(times[1 + runs / 2], *g.constants());
+        return times[1 + runs / 2];
     });
-    double real = 0;
-    for (const auto& m : measured) real = std::max(real, m.first);
-    const hitch::cost_constants k = measured.front().second;
+    const double real = *std::max_element(measured.begin(), measured.end());
     const auto net = hitch::comm::simulated_network::single_switch({k.alpha_s, 1.0 / k.beta_s_per_byte});
-    const auto ends = hitch::comm::run_simulated(p, net, [&](simulated& comm) {
-        ar::group g(comm);
-        std::vector<float> data(count, 1.0f);
-        comm.advance_to(hitch::seconds_f(1.0));
-        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
-        return comm.virtual_time().count() - 1.0;
-    });
-    const double predicted = *std::max_element(ends.begin(), ends.end());
+    std::vector<double> predictions;
+    for (const double scale : {0.0, 1.0}) {
+        hitch::comm::simulated_options options;
+        options.host_time_scale = scale;
+        std::vector<double> repeats;
+        for (int i = 0; i < (scale > 0 ? 5 : 1); ++i) {
+            const auto ends = hitch::comm::run_simulated(
+                p, net,
+                [&](simulated& comm) {
+                    ar::group g(comm);
+                    std::vector<float> data(count, 1.0f);
+                    comm.advance_to(hitch::seconds_f(1.0));
+                    ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
+                    return comm.virtual_time().count() - 1.0;
+                },
+                options);
+            repeats.push_back(*std::max_element(ends.begin(), ends.end()));
+        }
+        std::sort(repeats.begin(), repeats.end());
+        predictions.push_back(repeats[repeats.size() / 2]);
+    }
     std::printf(
         "{\"bench\":\"simulate_vs_local\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,\"alpha_s\":%.4g,"
-        "\"beta_s_per_byte\":%.4g,\"measured_s\":%.6g,\"predicted_s\":%.6g,\"error\":%.3f}\n",
-        name.c_str(), p, bytes, k.alpha_s, k.beta_s_per_byte, real, predicted, predicted / real - 1);
+        "\"beta_s_per_byte\":%.4g,\"measured_s\":%.6g,\"predicted_network_s\":%.6g,\"predicted_s\":%.6g,"
+        "\"error_network\":%.3f,\"error\":%.3f}\n",
+        name.c_str(), p, bytes, k.alpha_s, k.beta_s_per_byte, real, predictions[0], predictions[1],
+        predictions[0] / real - 1, predictions[1] / real - 1);
     std::fflush(stdout);
 }
 
@@ -366,10 +430,11 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     try {
         if (versus_local) {
+            const hitch::cost_constants k = fit_local_constants();
             for (std::size_t bytes : s.bytes)
                 for (int p : s.ranks)
                     for (const auto& name : s.schedules)
-                        with_schedule(name, [&](const auto& schedule) { compare_local(name, schedule, p, bytes); });
+                        with_schedule(name, [&](const auto& schedule) { compare_local(name, schedule, p, bytes, k); });
             return 0;
         }
         const auto net = network_of(s);

@@ -338,3 +338,63 @@ TEST_CASE("comm::simulated: a system thread acting for a rank is refused, and me
     });
     for (const auto& r : report.ranks) CHECK(r.error_text == "");
 }
+
+TEST_CASE("comm::simulated: host_time_scale charges a rank's own work between its calls, once", "[comm][simulated]") {
+    simulated_options bad;
+    bad.host_time_scale = -1.0;
+    CHECK_THROWS_WITH(run_simulated(2, net, [](simulated&) {}, bad), Catch::Contains("host_time_scale"));
+    // Rank 1 works 40 ms of wall time between two calls, then sends to rank 0.
+    const auto once = [](double scale) {
+        simulated_options options;
+        options.host_time_scale = scale;
+        options.record_timeline = true;
+        return simulate(
+            2, net,
+            [](simulated& comm) {
+                comm.advance_to(seconds_f(1.0));
+                int x = 1;
+                if (comm.rank() == 1) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+                    comm.send(std::span<const int>(&x, 1), 0, 0);
+                } else {
+                    comm.recv(std::span<int>(&x, 1), 1, 0);
+                }
+                return 0;
+            },
+            options);
+    };
+    SECTION("scale 0 (the default): not charged, the same virtual times on every run") {
+        const auto a = once(0.0), b = once(0.0);
+        REQUIRE(a.first_error() == nullptr);
+        for (std::size_t r = 0; r < 2; ++r) {
+            CHECK(a.ranks[r].finish_s == b.ranks[r].finish_s);
+            CHECK(a.ranks[r].busy_s == 0.0);
+            for (const auto& e : a.ranks[r].timeline) CHECK(std::string_view(e.name) != "host");
+        }
+    }
+    SECTION("scale 0.5: at least half the 40 ms, as compute of the rank, and the receiver waits for it") {
+        const auto a = once(0.5);
+        REQUIRE(a.first_error() == nullptr);
+        CHECK(a.ranks[1].busy_s >= 0.020);
+        CHECK(a.ranks[1].busy_s < 5.0);
+        CHECK(a.ranks[0].finish_s >= 1.020);
+        bool host = false;
+        for (const auto& e : a.ranks[1].timeline) host = host || std::string_view(e.name) == "host";
+        CHECK(host);
+    }
+    SECTION("compute_measured's function is charged at its own scale, not again as host time") {
+        simulated_options options;
+        options.host_time_scale = 1.0;
+        const auto report = simulate(
+            1, net,
+            [](simulated& comm) {
+                const double before = comm.virtual_time().count();
+                comm.compute_measured([] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }, 0.0);
+                const double spent = comm.virtual_time().count() - before;
+                expect(spent < 0.050, "charged as host time too: " + std::to_string(spent));
+                return 0;
+            },
+            options);
+        CHECK(report.ranks[0].error_text == "");
+    }
+}

@@ -220,9 +220,12 @@ public:
     template <class F>
     void compute_measured(F&& f, double scale = 1.0) {
         option_validator("hitch::comm::simulated::compute_measured").closed("scale", scale, 0.0, 1e6);
+        detail::sim_process& me = world_->caller(world_rank());  // host time so far (host_time_scale) charged here
         const auto start = std::chrono::steady_clock::now();
         std::forward<F>(f)();
-        compute(seconds_f(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * scale));
+        const auto end = std::chrono::steady_clock::now();
+        me.resumed = end;  // f is charged once, at `scale`, not again as host time
+        compute(seconds_f(std::chrono::duration<double>(end - start).count() * scale));
     }
 
     /// Idles until virtual time `t` (nothing when it has passed): a start all ranks agree on, or a wait for an event

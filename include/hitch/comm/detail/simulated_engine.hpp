@@ -49,7 +49,7 @@ public:
 
 /// A span of one rank's virtual time, for a timeline (simulated_options::record_timeline).
 struct simulated_event {
-    const char* name = "";  // compute, wait, poll, probe, idle, join or notified
+    const char* name = "";  // compute, host (simulated_options::host_time_scale), wait, poll, probe, idle or join
     double begin_s = 0;
     double end_s = 0;
     int peer = -1;   // the rank waited for, where one is
@@ -68,12 +68,18 @@ struct simulated_options {
     /// theirs. The results computed in it are meaningless; the virtual times are those of real data, wherever
     /// message sizes do not depend on the values.
     std::vector<std::span<const std::byte>> timing_only_memory;
+    /// Charges each simulated thread, as compute, the wall time it spends between its calls into the simulation,
+    /// times this factor: the work a schedule does itself (combining what it received, packing, encoding) measured
+    /// on this machine, where the network model alone charges none of it. 0 (the default): not charged, and virtual
+    /// times repeat exactly; > 0: they depend on this machine and its load (a calibration against real runs).
+    double host_time_scale = 0.0;
     /// Stack of each simulated thread (reserved address space; memory is used only as deep as a thread goes).
     std::size_t stack_bytes = std::size_t{4} << 20;
 
     void validate(int ranks) const {
         option_validator("hitch::comm::simulated_options")
             .open_closed("timeout_s", timeout_s, 0.0, 1e9)
+            .closed("host_time_scale", host_time_scale, 0.0, 1e6)
             .closed("stack_bytes", stack_bytes, std::size_t{64} << 10, std::size_t{1} << 30);
         faults.validate(ranks);
     }
@@ -156,7 +162,8 @@ struct sim_process {
     int failed_polls = 0;
     vtime finished_at = vtime_never;
     std::function<void()> body;
-    std::exception_ptr error;  // a started thread's escaped exception, for join()
+    std::exception_ptr error;                         // a started thread's escaped exception, for join()
+    std::chrono::steady_clock::time_point resumed{};  // when it last got the turn or left the simulation (host time)
     std::unique_ptr<fiber> context;
 };
 
@@ -258,7 +265,23 @@ struct sim_world {
         if (t->rank != w)
             throw comm_error(hitch::detail::concat("hitch::comm::simulated: rank ", w,
                                                    "'s communicator was used by a thread of rank ", t->rank));
+        if (options.host_time_scale > 0.0) charge_host_time(*t);
         return *t;
+    }
+
+    /// simulated_options::host_time_scale: the wall time since the thread last left the simulation, as compute.
+    void charge_host_time(sim_process& t) {
+        const auto wall = std::chrono::steady_clock::now();
+        const double spent = std::chrono::duration<double>(wall - t.resumed).count();
+        t.resumed = wall;
+        const vtime dt = to_vtime(spent * options.host_time_scale);
+        if (dt <= 0) return;
+        sim_rank& r = rank(t.rank);
+        const vtime from = t.now;
+        set_now(t, std::min(t.now + dt, std::max(r.dies_at, t.now)));
+        r.busy += t.now - from;
+        if (options.record_timeline) r.timeline.push_back({"host", to_seconds(from), to_seconds(t.now), -1, t.thread});
+        yield(t);  // others may now be earlier: they go first, as after compute()
     }
 
     /// Runs every thread, from the calling system thread, until all have finished.
@@ -334,6 +357,7 @@ struct sim_world {
         t.status = sim_process::running;
         r.clock.ps.store(t.now, std::memory_order_relaxed);
         running_process() = &t;
+        if (options.host_time_scale > 0.0) t.resumed = std::chrono::steady_clock::now();
     }
     /// Thread `me` (ready or blocked) lets the earliest thread run, and returns when it is its turn again.
     void switch_from(sim_process& me) {

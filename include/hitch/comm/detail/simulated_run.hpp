@@ -144,7 +144,7 @@ inline void write_chrome_trace(const simulation_report& report, std::ostream& ou
         for (const simulated_event& e : report.ranks[r].timeline) {
             sep();
             out << "{\"name\":\"" << e.name << "\",\"cat\":\""
-                << (e.name == std::string_view("compute") ? "compute" : "comm")
+                << (e.name == std::string_view("compute") || e.name == std::string_view("host") ? "compute" : "comm")
                 << "\",\"ph\":\"X\",\"ts\":" << e.begin_s * 1e6 << ",\"dur\":" << (e.end_s - e.begin_s) * 1e6
                 << ",\"pid\":" << r << ",\"tid\":" << e.thread << ",\"args\":{";
             if (e.peer >= 0) out << "\"peer\":" << e.peer;
