@@ -110,8 +110,12 @@ public:
     /// Restores a checkpoint written by save() under the same configuration; returns the reader so you can read
     /// your own sections. A corrupt file is corrupt_message_error, another configuration mismatch_error; either
     /// way nothing changes. Under a shared-memory policy (sync::hogwild) it is collective: rank 0's loaded
-    /// parameters refill the shared array.
-    train::checkpoint_reader load(const std::filesystem::path& prefix) { return engine_->load(prefix); }
+    /// parameters refill the shared array. With how.elastic, a checkpoint of another rank count loads too
+    /// (train/elastic.hpp says what becomes of each part of the state; train::saved_ranks(prefix) tells its rank
+    /// count, for the caller's choice of batch and learning rate); rank r gets the reader of saved rank r mod p.
+    train::checkpoint_reader load(const std::filesystem::path& prefix, const train::load_options& how = {}) {
+        return engine_->load(prefix, how);
+    }
     [[nodiscard]] std::filesystem::path checkpoint_path(const std::filesystem::path& prefix) const {
         return engine_->checkpoint_path(prefix);
     }

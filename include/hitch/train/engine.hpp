@@ -51,6 +51,7 @@
 #include "hitch/train/checkpoint_agreement.hpp"
 #include "hitch/train/clipping.hpp"
 #include "hitch/train/device_training.hpp"
+#include "hitch/train/elastic.hpp"
 #include "hitch/train/engine_checkpoint.hpp"
 #include "hitch/train/engine_interface.hpp"
 #include "hitch/train/gradient_exchange.hpp"
@@ -319,19 +320,30 @@ public:
         w.commit(checkpoint_path(prefix));
     }
 
-    checkpoint_reader load(const std::filesystem::path& prefix) override {
+    checkpoint_reader load(const std::filesystem::path& prefix, const load_options& options) override {
         require_idle("load");
+        if (options.elastic && server_.active())
+            throw config_error("hitch::data_parallel::load: the parameter-server policies cannot load elastically");
         if (!server_.active()) {
             // Every rank reads and checks its own file, then all agree (the same save, all readable) before any
             // rank changes anything; a rank that fails before the agreement still takes part, with its error.
             std::optional<checkpoint_reader> r;
             bool agreed = false;
+            const auto agree = [&](const checkpoint_position& at) {
+                agreed = true;
+                agree_on_files(control_, prefix.string(), at, nullptr);
+            };
             try {
-                r.emplace(checkpoint_path(prefix));
-                load_from(*r, [&](const checkpoint_position& at) {
-                    agreed = true;
-                    agree_on_files(control_, prefix.string(), at, nullptr);
-                });
+                const int saved = !options.elastic          ? size()
+                                  : options.saved_ranks > 0 ? options.saved_ranks
+                                                            : saved_ranks(prefix);
+                if (saved != size()) {
+                    r.emplace(load_elastic(prefix, saved, agree));
+                } else {
+                    if (!options.elastic) refuse_other_rank_count(prefix);
+                    r.emplace(checkpoint_path(prefix));
+                    load_from(*r, agree);
+                }
             } catch (...) {
                 if (!agreed) agree_on_files(control_, prefix.string(), {}, std::current_exception());
                 throw;
@@ -578,6 +590,22 @@ private:
     /// Restores everything of this rank's own checkpoint file; validates every section before it changes anything.
     void load_from(const checkpoint_reader& r,
                    const std::function<void(const checkpoint_position&)>& before_change = nullptr);
+    /// Restores a checkpoint of `saved` ranks on this run's ranks (train/elastic.hpp); validates every saved rank's
+    /// file before it changes anything. Returns the reader of saved rank rank() mod `saved`.
+    checkpoint_reader load_elastic(const std::filesystem::path& prefix, int saved,
+                                   const std::function<void(const checkpoint_position&)>& before_change);
+    /// This rank's file is missing and files of another rank count are there: says so, and how to load them.
+    void refuse_other_rank_count(const std::filesystem::path& prefix) const {
+        if (std::filesystem::exists(checkpoint_path(prefix))) return;
+        const auto found = checkpoint_files(prefix);
+        if (found.empty() || found.contains(size())) return;
+        std::string counts;
+        for (const auto& [p, ranks] : found) counts += concat(counts.empty() ? "" : " and ", p);
+        throw mismatch_error(concat("hitch::data_parallel::load: ", prefix.string(), ": the checkpoint was written by ",
+                                    counts, found.size() == 1 && found.begin()->first == 1 ? " rank" : " ranks",
+                                    ", this run has ", size(),
+                                    "; load it with train::load_options{.elastic = true} to redistribute it"));
+    }
 
     /// Whom this rank agrees with on loss scaling and non-finite gradients: every rank, or (asynchronous
     /// policies) itself alone.

@@ -14,6 +14,7 @@
 #include "hitch/core/node_layout.hpp"
 #include "hitch/train/buffers.hpp"
 #include "hitch/train/checkpoint.hpp"
+#include "hitch/train/elastic.hpp"
 #include "hitch/train/metrics.hpp"
 
 namespace hitch::train::detail {
@@ -26,7 +27,7 @@ public:
     virtual step_metrics step(std::optional<double> loss) = 0;
     virtual void save(const std::filesystem::path& prefix,
                       const std::vector<std::pair<std::string, std::vector<std::byte>>>& extra) = 0;
-    virtual checkpoint_reader load(const std::filesystem::path& prefix) = 0;
+    virtual checkpoint_reader load(const std::filesystem::path& prefix, const load_options& options) = 0;
     [[nodiscard]] virtual double learning_rate() const = 0;
     [[nodiscard]] virtual float loss_scale() const = 0;
     [[nodiscard]] virtual bool accumulation_boundary() const = 0;

@@ -59,6 +59,74 @@ void engine<O, X, P, S, C, D, Param>::load_from(const checkpoint_reader& r,
     if constexpr (shared_memory_policy<P> && shares_address_space<C> && on_host) shared_.refill(control_, layers32());
 }
 
+template <optimizer O, compressor X, sync_policy P, class S, communicator C, device D, floating_element Param>
+checkpoint_reader engine<O, X, P, S, C, D, Param>::load_elastic(
+    const std::filesystem::path& prefix, int saved,
+    const std::function<void(const checkpoint_position&)>& before_change) {
+    const std::string who = concat("hitch::data_parallel::load (elastic, ", saved, " ranks to ", size(), "): ");
+    if constexpr (!on_host) {
+        (void)prefix;
+        (void)before_change;
+        throw config_error(concat(who, "device training loads only the rank count it saved with"));
+    } else {
+        if (options_.zero_stage != 0 || optimizer_->sharded())
+            throw config_error(concat(who, "the optimizer state is sharded over the ranks (zero_stage ",
+                                      options_.zero_stage, "): load it on ", saved, " ranks"));
+        std::vector<checkpoint_reader> files;
+        std::vector<file_verdict> positions;
+        for (int j = 0; j < saved; ++j) {
+            files.emplace_back(checkpoint_file(prefix, j, saved));
+            checkpoint_identity id = identity();
+            id.ranks = saved;
+            id.rank = j;
+            positions.push_back({read_meta(files.back(), id), 1});
+        }
+        for (const file_verdict& v : positions)
+            if (!(v.position == positions.front().position))
+                throw mismatch_error(concat(who, prefix.string(), ": the saved ranks' files are from different saves: ",
+                                            describe_positions(positions), "; nothing was loaded on any rank"));
+        // What every rank holds alike is loaded from rank 0's file, once the others are found to hold the same.
+        std::vector<std::string_view> replicated{"hitch.params", "hitch.optimizer", "hitch.sync"};
+        if (scaler_) replicated.push_back("hitch.scaler");
+        for (const std::string_view name : replicated)
+            for (int j = 1; j < saved; ++j) {
+                const auto mine = files[static_cast<std::size_t>(j)].section(name);
+                const auto first = files.front().section(name);
+                if (!std::equal(mine.begin(), mine.end(), first.begin(), first.end()))
+                    throw mismatch_error(concat(
+                        who, prefix.string(), ": section '", name, "' of saved rank ", j,
+                        " differs from rank 0's; an elastic load needs the state every rank holds alike (a policy "
+                        "whose replicas drift, such as local_sgd between averages, cannot be redistributed)"));
+            }
+        const checkpoint_reader& r = files.front();
+        const auto params = read_parameters(r, weights_.optimizer_layers());
+        std::vector<std::vector<compress::aggregation_state<X>>> per_bucket(buckets_.size());
+        for (const checkpoint_reader& f : files) {
+            auto states = read_codec_states(f, buckets_.codec(), buckets_.size(),
+                                            [&](std::size_t b) { return buckets_.make_codec_state(b); });
+            for (std::size_t b = 0; b < buckets_.size(); ++b) per_bucket[b].push_back(std::move(*states[b]));
+        }
+        std::vector<compress::aggregation_state<X>> codec_states;
+        for (auto& states : per_bucket) codec_states.push_back(redistribute<X>(std::move(states)));
+        std::optional<amp::loss_scaler_state> scaler_state;
+        if (scaler_) scaler_state = read_scaler(r, options_.scaler);
+        P policy = read_sync(r, policy_);
+        if (before_change) before_change(positions.front().position);
+        {
+            auto stream = r.stream("hitch.optimizer");
+            optimizer_->load(stream);
+        }
+        restore_parameters(params, weights_.optimizer_layers(), copies());
+        weights_.write_back();
+        for (std::size_t b = 0; b < buckets_.size(); ++b) buckets_[b].codec_state = std::move(codec_states[b]);
+        if (scaler_state) scaler_->set_state(*scaler_state);
+        policy_ = std::move(policy);
+        step_ = positions.front().position.step;
+        if constexpr (shared_memory_policy<P> && shares_address_space<C>) shared_.refill(control_, layers32());
+        return std::move(files[static_cast<std::size_t>(rank() % saved)]);
+    }
+}
+
 /// Unscales (loss scaling), converts (mixed precision) and checks this rank's gradients of bucket b, and packs
 /// them into the bucket; a bucket with a non-finite gradient is zeroed so it pollutes neither the other ranks'
 /// sums nor this rank's compressor state.
