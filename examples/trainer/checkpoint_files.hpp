@@ -14,24 +14,9 @@
 #include <string_view>
 #include <vector>
 
-namespace hitch_examples {
+#include "hitch/train/elastic.hpp"
 
-/// For each rank count p with files under `prefix`, the ranks r whose "<prefix>.rank<r>-of-<p>" exists.
-inline std::map<int, std::set<int>> checkpoint_files(const std::filesystem::path& prefix) {
-    std::map<int, std::set<int>> found;
-    const std::string stem = prefix.filename().string() + ".rank";
-    const std::filesystem::path dir = prefix.has_parent_path() ? prefix.parent_path() : ".";
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-        const std::string name = entry.path().filename().string();
-        if (!name.starts_with(stem)) continue;
-        int r = -1, p = -1;
-        const std::string rest = name.substr(stem.size());
-        if (std::sscanf(rest.c_str(), "%d-of-%d", &r, &p) != 2) continue;
-        if (r >= 0 && p > 0 && r < p && std::to_string(r) + "-of-" + std::to_string(p) == rest) found[p].insert(r);
-    }
-    return found;
-}
+namespace hitch_examples {
 
 /// Empty when `prefix` has a file for each of the ranks `mine` (this node's ranks: on per-node disks a node sees only
 /// its own ranks' files) that is one of the first `workers` of `ranks` ranks (dedicated parameter servers, the last
@@ -39,7 +24,7 @@ inline std::map<int, std::set<int>> checkpoint_files(const std::filesystem::path
 /// names the option, "--resume").
 inline std::string resume_problem(std::string_view flag, const std::filesystem::path& prefix, int ranks, int workers,
                                   const std::vector<int>& mine) {
-    const auto found = checkpoint_files(prefix);
+    const auto found = hitch::train::checkpoint_files(prefix);
     const std::string head = std::string(flag) + " " + prefix.string() + ": ";
     const auto plural = [](int n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
     if (found.empty()) return head + "no checkpoint files " + prefix.filename().string() + ".rank<r>-of-<p> found";
