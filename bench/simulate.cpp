@@ -9,13 +9,14 @@
 // One JSON object per line:
 //   {"bench":"simulate","topology":"single_switch","schedule":"ring","p":64,"bytes":1048576,
 //    "virtual_s":...,"model_s":...,"step_s":...,"efficiency":...,"bytes_per_rank":...,
-//    "bytes_across_nodes_per_rank":...,"wall_s":...}
+//    "bytes_across_nodes_per_rank":...,"ran":"ring","wall_s":...}
 // virtual_s is the all-reduce's virtual time from a common start until the last rank has the result (automatic: its
 // second call, after the first has calibrated); step_s adds
 // --compute-ms of compute before it, and efficiency is compute / step_s (the scaling efficiency of a step whose
 // gradients are all-reduced after the backward pass, without overlap). bytes_per_rank is the mean sent per rank
 // (the group's setup, a few bytes, included); bytes_across_nodes_per_rank is what left the nodes through their NICs
-// (topology nodes; 0 on the others), divided by p.
+// (topology nodes; 0 on the others), divided by p. ran is the schedule that carried the timed call (automatic: the
+// one it picked, automatic::chosen).
 // The results are checked on every rank against the exact sum, except with --timing-only (every rank works in one
 // buffer, messages from it carry no bytes: for sizes whose copies per rank would not fit in memory).
 //
@@ -32,9 +33,9 @@
 //
 // --compare-local runs each schedule on comm::local as well (threads of this process, the message path) and on a
 // single switch with the alpha and beta of a line fitted through ping-pongs between two threads there, and prints
-// the measured time (the median of 7, slowest rank) and two predictions with their relative errors: the network
+// the measured time (the median of 31, slowest rank) and two predictions with their relative errors: the network
 // model alone, and with each rank's own work (combining) charged as measured here (host_time_scale = 1, the
-// median of 5 simulations):
+// median of 9 simulations):
 //   {"bench":"simulate_vs_local","schedule":"ring","p":2,"bytes":1048576,"alpha_s":...,"beta_s_per_byte":...,
 //    "measured_s":...,"predicted_network_s":...,"predicted_s":...,"error_network":...,"error":...}
 
@@ -132,6 +133,26 @@ void with_schedule(const std::string& name, F&& f) {
                               "double_binary_tree, hierarchical, hierarchical_rabenseifner, automatic");
 }
 
+/// automatic, reporting the schedule its last call on rank 0 ran (automatic::chosen): a schedule in its own right.
+struct reporting_automatic {
+    using options_type = ar::automatic::options_type;
+    static constexpr std::string_view name = ar::automatic::name;
+    reporting_automatic() = default;
+    explicit reporting_automatic(const options_type& o) : inner(o) {}
+    [[nodiscard]] const options_type& options() const noexcept { return inner.options(); }
+    [[nodiscard]] hitch::cost_estimate cost(int p, std::size_t n, const hitch::cost_constants& k) const {
+        return inner.cost(p, n, k);
+    }
+    template <hitch::communicator C, hitch::floating_element T>
+    void run(ar::transport<C>& t, std::span<T> data, ar::reduce_op op) const {
+        inner.run(t, data, op);
+        if (t.comm().rank() == 0) *ran = inner.chosen(t, data.size_bytes());
+    }
+
+    ar::automatic inner;
+    std::shared_ptr<std::string> ran = std::make_shared<std::string>();
+};
+
 template <class Schedule>
 void run_one(const settings& s, const hitch::comm::simulated_network& net, const std::string& name,
              const Schedule& schedule, int p, std::size_t bytes) {
@@ -141,6 +162,8 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
     constexpr bool calibrates = std::is_same_v<Schedule, ar::automatic>;
     const double start_s = calibrates ? 1000.0 : 1.0;
     const auto wall_start = std::chrono::steady_clock::now();
+    reporting_automatic reporting;  // automatic's runs, to name the schedule it took
+    if constexpr (calibrates) reporting.inner = schedule;
     std::vector<float> shared;
     hitch::comm::simulated_options options;
     if (s.timing_only) {
@@ -158,12 +181,15 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
             o.check = false;
             if constexpr (calibrates) {
                 comm.advance_to(hitch::seconds_f(1.0));
-                ar::allreduce(g, data, ar::reduce_op::sum, schedule, o);
+                ar::allreduce(g, data, ar::reduce_op::sum, reporting, o);
                 if (!s.timing_only) std::fill(own.begin(), own.end(), static_cast<float>(comm.rank() % 4));
             }
             comm.advance_to(hitch::seconds_f(start_s));
             comm.compute(hitch::seconds_f(compute_s));
-            ar::allreduce(g, data, ar::reduce_op::sum, schedule, o);
+            if constexpr (calibrates)
+                ar::allreduce(g, data, ar::reduce_op::sum, reporting, o);
+            else
+                ar::allreduce(g, data, ar::reduce_op::sum, schedule, o);
             const float want = static_cast<float>(6 * (p / 4) + (p % 4 > 1 ? 1 : 0) + (p % 4 > 2 ? 2 : 0));
             for (std::size_t i = 0; !s.timing_only && i < count; i += 4099)
                 if (own[i] != want)
@@ -196,21 +222,23 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
         "{\"bench\":\"simulate\",\"topology\":\"%s\",\"switching\":\"%s\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,"
         "\"virtual_s\":%.9g,"
         "\"model_s\":%.9g,\"step_s\":%.9g,\"efficiency\":%.6g,\"bytes_per_rank\":%.9g,"
-        "\"bytes_across_nodes_per_rank\":%.9g,\"wall_s\":%.3f}\n",
+        "\"bytes_across_nodes_per_rank\":%.9g,\"ran\":\"%s\",\"wall_s\":%.3f}\n",
         s.topology.c_str(), s.switching.c_str(), name.c_str(), p, bytes, step - compute_s, model, step,
-        compute_s > 0 ? compute_s / step : 0.0, sent / p, across / p, wall);
+        compute_s > 0 ? compute_s / step : 0.0, sent / p, across / p,
+        calibrates ? reporting.ran->c_str() : name.c_str(), wall);
     std::fflush(stdout);
 }
 
-/// alpha and beta of comm::local's message path on this machine: a least-squares line through the one-way times
-/// (half the round trip, median of 9) of ping-pongs between two threads, 1 KiB to 16 MiB.
+/// alpha and beta of comm::local's message path on this machine: a line through the one-way times (half the round
+/// trip, median of 21) of ping-pongs between two threads, 256 bytes to 16 MiB, fitted by least relative squares
+/// (each size weighs the same, so the small ones decide alpha and the large ones beta).
 hitch::cost_constants fit_local_constants() {
     std::vector<double> sizes, times;
-    for (std::size_t bytes = 1024; bytes <= (std::size_t{16} << 20); bytes *= 4) {
+    for (std::size_t bytes = 256; bytes <= (std::size_t{16} << 20); bytes *= 4) {
         const auto t = hitch::comm::run_local(2, [&](hitch::comm::local& comm) {
             std::vector<std::byte> buf(bytes, std::byte{1});
             std::vector<double> runs;
-            for (int i = 0; i < 10; ++i) {
+            for (int i = 0; i < 22; ++i) {
                 comm.barrier();
                 const auto start = std::chrono::steady_clock::now();
                 if (comm.rank() == 0) {
@@ -223,22 +251,23 @@ hitch::cost_constants fit_local_constants() {
                 runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 2);
             }
             std::sort(runs.begin() + 1, runs.end());  // the first is a warm-up
-            return runs[5];
+            return runs[11];
         });
         sizes.push_back(static_cast<double>(bytes));
         times.push_back(t[0]);
     }
-    const double n = static_cast<double>(sizes.size());
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;  // weights 1 / t^2: relative errors
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-        sx += sizes[i];
-        sy += times[i];
-        sxx += sizes[i] * sizes[i];
-        sxy += sizes[i] * times[i];
+        const double w = 1.0 / (times[i] * times[i]);
+        sw += w;
+        sx += w * sizes[i];
+        sy += w * times[i];
+        sxx += w * sizes[i] * sizes[i];
+        sxy += w * sizes[i] * times[i];
     }
     hitch::cost_constants k;
-    k.beta_s_per_byte = std::max(1e-13, (n * sxy - sx * sy) / (n * sxx - sx * sx));
-    k.alpha_s = std::max(1e-9, (sy - k.beta_s_per_byte * sx) / n);
+    k.beta_s_per_byte = std::max(1e-13, (sw * sxy - sx * sy) / (sw * sxx - sx * sx));
+    k.alpha_s = std::max(1e-9, (sy - k.beta_s_per_byte * sx) / sw);
     return k;
 }
 
@@ -249,7 +278,7 @@ template <class Schedule>
 void compare_local(const std::string& name, const Schedule& schedule, int p, std::size_t bytes,
                    const hitch::cost_constants& k) {
     const std::size_t count = bytes / sizeof(float);
-    constexpr int runs = 7;
+    constexpr int runs = 31;
     ar::call_options o;
     o.check = false;
     o.shared_memory = false;  // messages, as between machines
@@ -273,15 +302,18 @@ void compare_local(const std::string& name, const Schedule& schedule, int p, std
         hitch::comm::simulated_options options;
         options.host_time_scale = scale;
         std::vector<double> repeats;
-        for (int i = 0; i < (scale > 0 ? 5 : 1); ++i) {
+        for (int i = 0; i < (scale > 0 ? 9 : 1); ++i) {
             const auto ends = hitch::comm::run_simulated(
                 p, net,
                 [&](simulated& comm) {
                     ar::group g(comm);
                     std::vector<float> data(count, 1.0f);
+                    // A warm-up call, as on comm::local (first-touch of buffers and scratch), then the timed one.
                     comm.advance_to(hitch::seconds_f(1.0));
                     ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
-                    return comm.virtual_time().count() - 1.0;
+                    comm.advance_to(hitch::seconds_f(2.0));
+                    ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
+                    return comm.virtual_time().count() - 2.0;
                 },
                 options);
             repeats.push_back(*std::max_element(ends.begin(), ends.end()));

@@ -31,10 +31,14 @@ if [[ $plots_only -eq 0 ]]; then
   run schedules_n "${S[@]}" --ranks 16,256 --bytes 1024,4096,16384,65536,262144,1048576,4194304,16777216
   run schedules_buffered "${S[@]}" --switching buffered --ranks 16,256,1024 --bytes 1048576
   run schedules_buffered16m "${S[@]}" --switching buffered --ranks 16,256 --bytes 16777216
-  # automatic against the fastest schedule.
+  # automatic against the fastest schedule. Its first call calibrates on the simulated network (1.9 GB sent per rank
+  # at p = 16, 17 s of wall time), so p stays at 16 and below.
   run automatic --topology single_switch --latency-us 5 --gbit 100 --timing-only \
     --schedule automatic,ring,recursive_doubling,rabenseifner,binary_tree,double_binary_tree \
-    --ranks 8,64,512 --bytes 4096,262144,16777216
+    --ranks 4,8,16 --bytes 4096,262144,16777216
+  run automatic_nodes --topology nodes --ranks-per-node 8 --intra-gbit 1200 --intra-latency-us 2 --gbit 50 \
+    --latency-us 5 --timing-only --schedule automatic,ring,recursive_doubling,rabenseifner,double_binary_tree,hierarchical \
+    --ranks 16 --bytes 4096,262144,16777216
   # Goyal et al. 2017: ResNet-50, 8 GPUs a server, 50 Gbit/s Ethernet, up to 256 GPUs.
   G=(--model resnet50 --compute-ms 225 --topology nodes --ranks-per-node 8 --intra-gbit 160 --intra-latency-us 5
      --gbit 50 --latency-us 10 --schedule hierarchical_rabenseifner)
@@ -52,19 +56,20 @@ if [[ $plots_only -eq 0 ]]; then
     run "horovod_$1_jitter2" --model "$1" --compute-ms "$2" "${H[@]}" --ranks 1,128 --jitter-cv 0.02 --steps 4
     run "horovod_$1_jitter5" --model "$1" --compute-ms "$2" "${H[@]}" --ranks 1,128 --jitter-cv 0.05 --steps 4
   done
-  # Compressors: ResNet-50 on 32 ranks (4 machines of 8), 100 ms of compute a step, at 10 and 100 Gbit/s.
+  # Compressors: ResNet-50 on 16 ranks (2 machines of 8), 100 ms of compute a step, at 10 and 100 Gbit/s.
   for g in 10 100; do
     run "codecs_$g" --model resnet50 --compute-ms 100 --topology nodes --ranks-per-node 8 --gbit "$g" --latency-us 10 \
-      --intra-gbit 160 --intra-latency-us 5 --ranks 32 --schedule automatic \
+      --intra-gbit 160 --intra-latency-us 5 --ranks 16 --schedule automatic \
       --compressor none,fp16,bf16,onebit,qsgd,terngrad,topk,randomk
   done
   # Stragglers: the last rank computes 2x slower; hitch::data_parallel with each policy.
   for p in 64 256; do
-    run "stragglers_$p" --model uniform:1000000 --compute-ms 50 --engine data_parallel --topology single_switch \
-      --gbit 10 --latency-us 10 --ranks "$p" --schedule ring --steps 9 --straggler 2 \
+    run "stragglers_$p" --model uniform:1000000 --compute-ms 50 --engine data_parallel --switching buffered \
+      --topology single_switch \
+      --gbit 10 --latency-us 10 --ranks "$p" --schedule ring --steps 17 --straggler 2 \
       --policy hard,local_sgd,ssp,backup_workers
     run "stragglers_${p}_none" --model uniform:1000000 --compute-ms 50 --engine data_parallel \
-      --topology single_switch --gbit 10 --latency-us 10 --ranks "$p" --schedule ring --steps 9 \
+      --switching buffered --topology single_switch --gbit 10 --latency-us 10 --ranks "$p" --schedule ring --steps 17 \
       --policy hard,local_sgd,ssp,backup_workers
   done
 fi
@@ -133,7 +138,8 @@ EOF
 
 cd "$tsv"
 gnuplot <<EOF
-set terminal pngcairo size 1400,1000 font "sans,10"
+set terminal pngcairo size 1200,860 font "sans,9" noenhanced
+S = "ring recursive_doubling rabenseifner binary_tree double_binary_tree"
 set output "$img/simulate_schedules_p.png"
 set multiplot layout 2,2 title "All-reduce on one switch (alpha 5 us, 100 Gbit/s): simulated (points) and alpha-beta model (lines)"
 set logscale xy
@@ -143,26 +149,23 @@ set key top left
 set grid
 do for [b in "4096 65536 1048576 16777216"] {
   set title sprintf("%s bytes", b)
-  plot for [s in "ring recursive_doubling rabenseifner binary_tree double_binary_tree"] \
-      sprintf("p_%s_%s.tsv", b, s) using 1:2 with points pt 7 ps 0.8 title s, \
-    for [s in "ring recursive_doubling rabenseifner binary_tree double_binary_tree"] \
-      sprintf("p_%s_%s.tsv", b, s) using 1:3 with lines dt 2 notitle
+  plot for [i=1:5] sprintf("p_%s_%s.tsv", b, word(S, i)) using 1:2 with points pt 7 ps 0.8 lc i title word(S, i), \
+    for [i=1:5] sprintf("p_%s_%s.tsv", b, word(S, i)) using 1:3 with lines dt 2 lc i notitle
 }
 unset multiplot
+set terminal pngcairo size 1200,560 font "sans,9" noenhanced
 set output "$img/simulate_schedules_n.png"
 set multiplot layout 1,2 title "All-reduce time against message size (points: simulated; lines: model)"
 set xlabel "bytes"
 do for [p in "16 256"] {
   set title sprintf("p = %s", p)
-  plot for [s in "ring recursive_doubling rabenseifner binary_tree double_binary_tree"] \
-      sprintf("n_%s_%s.tsv", p, s) using 1:2 with linespoints pt 7 ps 0.8 title s, \
-    for [s in "ring recursive_doubling rabenseifner binary_tree double_binary_tree"] \
-      sprintf("n_%s_%s.tsv", p, s) using 1:3 with lines dt 2 notitle
+  plot for [i=1:5] sprintf("n_%s_%s.tsv", p, word(S, i)) using 1:2 with linespoints pt 7 ps 0.8 lc i title word(S, i), \
+    for [i=1:5] sprintf("n_%s_%s.tsv", p, word(S, i)) using 1:3 with lines dt 2 lc i notitle
 }
 unset multiplot
 unset logscale y
 set logscale x 2
-set terminal pngcairo size 1000,600 font "sans,10"
+set terminal pngcairo size 1000,600 font "sans,10" noenhanced
 set output "$img/simulate_reproductions.png"
 set title "Scaling efficiency in the simulator against the published ~90% (Goyal) and ~88% (Horovod)"
 set xlabel "GPUs"
@@ -186,11 +189,13 @@ set boxwidth 0.9
 set xtics rotate by -30
 set key top right
 set output "$img/simulate_compressors.png"
-set title "ResNet-50 step on 32 ranks (4 machines of 8, 100 ms of compute): step time by compressor"
+set title "ResNet-50 step on 16 ranks (2 machines of 8, 100 ms of compute): step time by compressor"
 set xlabel ""
 set ylabel "step time (ms)"
 plot "codecs.tsv" using 3:xtic(2) title "10 Gbit/s", "" using 4 title "100 Gbit/s"
 set output "$img/simulate_stragglers.png"
+set yrange [0:150]
+set key top left
 set title "Rank 0's step time, 1M parameters, 50 ms compute, 10 Gbit/s: all ranks even, or the last 2x slower"
 plot "stragglers.tsv" using 3:xtic(2) title "p = 64, even", "" using 4 title "p = 64, straggler", \
      "" using 5 title "p = 256, even", "" using 6 title "p = 256, straggler"
