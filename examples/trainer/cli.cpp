@@ -4,16 +4,20 @@
 #include <mpi.h>
 
 #include <unistd.h>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -43,6 +47,22 @@ static void prefer_faster_blas_kernels(char** argv) {
 }
 
 namespace detail {
+
+/// --device cuda in a program without the GPU part: runs the -cuda program beside it (hitch-mnist-cuda, built where
+/// CMake finds CUDA) with the same arguments, before MPI starts (as prefer_faster_blas_kernels restarts). Returns
+/// only when there is none, with the line that says so.
+inline std::string run_gpu_program(char** argv, const std::string& program) {
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    const std::filesystem::path gpu = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / (program + "-cuda");
+    if (std::filesystem::exists(gpu, ec)) {
+        ::execv(gpu.c_str(), argv);
+        return "--device cuda: cannot run " + gpu.string() + ": " + std::strerror(errno);
+    }
+    return "--device cuda needs " + gpu.string() + ", " + program +
+           "'s GPU part, which is built where CMake finds CUDA and cuBLAS (cmake --build <build> --target " + program +
+           "-cuda)";
+}
 
 /// The node each MPI rank runs on, as hitch's communicators see it (ranks that share memory, or the nodes of
 /// HITCH_EMULATE_NODES): this rank's node, the node count and how many ranks each node runs.
@@ -121,6 +141,10 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
         app.parse(argc, argv);
         check_combination(config, config.threads);  // 0 ranks: not known before MPI starts
         if (!compare.empty() && config.plot.empty()) throw usage_error("--plot-compare needs --plot FILE.png");
+        if (config.device == "cuda" && gpu_training() == nullptr)
+            throw usage_error(detail::run_gpu_program(argv, info.program));
+        if (config.device == "cuda" && !gpu_training()->available())
+            throw usage_error("--device cuda: no CUDA device is present on this node");
     } catch (const CLI::CallForHelp& e) {
         return speaks ? app.exit(e) : 0;
     } catch (const CLI::CallForAllHelp& e) {

@@ -112,6 +112,10 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
     app.add_option("--plot", c.plot, "Draw loss and test accuracy against time and epochs into this PNG");
     app.add_option("--data", c.data, "Directory of the data set ({node}: the rank's node, for per-node copies)")
         ->capture_default_str();
+    add_name(app, "--device", c.device,
+             "Where the model and data_parallel run: cpu, or cuda (--model mlp on a GPU, by the -cuda program built "
+             "where CMake finds CUDA)",
+             {"cpu", "cuda"});
     add_whole<int>(app, "--threads", c.threads, "Run N ranks as threads of this process (comm::local) instead of MPI",
                    0, 64);
     add_whole<int>(app, "--blas-threads", c.blas_threads, "OpenBLAS threads per rank", 1, 64);

@@ -1,5 +1,7 @@
 // Names -> the combination's training loop. The loops themselves are compiled in instantiate_*.cpp.
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "hitch/comm/local.hpp"
 #include "hitch/comm/mpi.hpp"
@@ -50,7 +52,24 @@ epoch_steps steps_of_epoch(const train_config& c, std::size_t micro_batches) {
     return {steps, steps * c.accumulate};
 }
 
+const gpu_trainer*& gpu_training() noexcept {
+    static const gpu_trainer* registered = nullptr;
+    return registered;
+}
+
+std::string gpu_sync_refusal(const std::string& sync) {
+    return "--device cuda runs --sync hard or local_sgd (hitch::data_parallel refuses the others on a GPU: their "
+           "parameter server or shared parameter array is host code); --sync " +
+           sync + " runs with --device cpu";
+}
+
 void check_combination(const train_config& c, int ranks) {
+    if (c.device == "cuda") {
+        if (c.example != "mnist" || c.model != "mlp")
+            throw usage_error("--device cuda trains hitch-mnist's --model mlp (its dense layers on cuBLAS); --model " +
+                              c.model + " runs with --device cpu");
+        if (c.sync != "hard" && c.sync != "local_sgd") throw usage_error(gpu_sync_refusal(c.sync));
+    }
     if (c.sync == "local_sgd" && c.compressor != "none")
         throw usage_error("--sync local_sgd averages parameters, not gradients; it takes --compressor none (got '" +
                           c.compressor + "')");
@@ -118,6 +137,15 @@ void check_combination(const train_config& c, int ranks) {
 template <class C>
 train_result train(C& comm, const train_config& c, const task& t) {
     check_combination(c, comm.size());
+    if (c.device == "cuda") {
+        const gpu_trainer* gpu = gpu_training();
+        if (gpu == nullptr)  // run_main re-executes the -cuda program before it gets here
+            throw usage_error("--device cuda: this program has no GPU part");
+        if constexpr (std::is_same_v<C, hitch::comm::local>)
+            return gpu->local(comm, c, t);
+        else
+            return gpu->mpi(comm, c, t);
+    }
     return with_sync(c.sync, [&](auto p) -> train_result {
         using P = typename decltype(p)::type;
         if constexpr (hitch::shared_memory_policy<P> && !hitch::shares_address_space<C>) {

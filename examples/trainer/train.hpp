@@ -14,6 +14,11 @@
 #include "nn/model.hpp"
 #include "option_values.hpp"
 
+namespace hitch::comm {
+class local;
+class mpi;
+}  // namespace hitch::comm
+
 namespace hitch_examples {
 
 /// Everything the command line sets (see add_options in cli.hpp for the flags and their meaning).
@@ -75,7 +80,8 @@ struct train_config {
     std::string plot;
     std::string data;
     // execution
-    int threads = 0;  // ranks as threads (comm::local); 0: MPI ranks
+    std::string device = "cpu";  // "cuda": the MLP and data_parallel on a GPU (the -cuda program, gpu/)
+    int threads = 0;             // ranks as threads (comm::local); 0: MPI ranks
     int blas_threads = 1;
     bool synthetic = false;
     std::size_t synthetic_samples = 8192;
@@ -151,6 +157,20 @@ train_result train_with(Communicator& comm, const train_config& config, const ta
 /// std::invalid_argument listing the valid names when one is unknown.
 template <class Communicator>
 train_result train(Communicator& comm, const train_config& config, const task& t);
+
+/// The GPU's training loops (--device cuda), by communicator. A program built with the GPU part (hitch-mnist-cuda:
+/// examples/trainer/gpu/, linked only where CMake finds CUDA) registers them at start-up; in the others
+/// gpu_training() stays null and --device cuda re-executes the -cuda program beside them (cli.cpp).
+struct gpu_trainer {
+    train_result (*local)(hitch::comm::local&, const train_config&, const task&);
+    train_result (*mpi)(hitch::comm::mpi&, const train_config&, const task&);
+    /// Whether this process sees a CUDA device (asked before MPI starts).
+    bool (*available)();
+};
+const gpu_trainer*& gpu_training() noexcept;
+
+/// The one line refusing --sync `sync` with --device cuda.
+std::string gpu_sync_refusal(const std::string& sync);
 
 /// Throws usage_error naming both sides when options that each make sense cannot work together (a policy that
 /// exchanges no gradients with a compressor, DGC with a second momentum, MPI's own all-reduce or Hogwild on the

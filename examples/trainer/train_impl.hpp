@@ -1,6 +1,8 @@
 #pragma once
 // The training loop, once per (compressor, sync policy, communicator), with the optimizer chosen at run time: this
-// is where an existing model meets hitch::data_parallel. Included only by the instantiate_*.cpp files.
+// is where an existing model meets hitch::data_parallel. The loop (train_loop) takes its model from a runner: the
+// toolkit's nn::model on the host (host_runner, here), or the MLP on a GPU (gpu/runner.cuh, --device cuda).
+// Included only by the instantiate_*.cpp files and the GPU part's gpu/train_gpu.cuh.
 
 #include <algorithm>
 #include <array>
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -103,8 +106,57 @@ inline std::vector<std::byte> as_bytes_vector(const void* p, std::size_t n) {
 
 }  // namespace detail
 
-template <class X, class P, class C>
-train_result train_with(C& comm, const train_config& config, const task& t) {
+/// The model train_loop trains, on the host: the toolkit's nn::model built by the task, its softmax cross-entropy,
+/// and hitch::cpu. A runner offers
+///   layers()              the parameters as hitch::layer views (names, flags, matrix rows), in the model's order
+///   device()              the hitch device they live on
+///   configure(options)    what the device adds to data_parallel's options (a GPU's stream)
+///   train_batch(loader, ready)    forward, loss and backward of the loaded batch, ready(i) as parameter i's gradient
+///                         is final: the batch's mean loss
+///   correct()             of the last training batch, the samples whose largest logit is their label
+///   evaluate_batch(loader)        forward and loss of the loaded batch: its correct samples
+///   buffers()             the model's buffers (batch-norm statistics), in host memory
+class host_runner {
+public:
+    using device_type = hitch::cpu;
+
+    host_runner(const task& t, std::size_t local_batch, std::uint64_t seed)
+        : model_(t.build(local_batch, seed)), loss_(local_batch, model_.output_shape().size()) {}
+
+    [[nodiscard]] std::vector<hitch::layer> layers() const {
+        std::vector<hitch::layer> out;
+        for (const auto& prm : model_.parameters())
+            out.push_back({prm.name, hitch::tensor_view<float>(prm.value.data(), prm.value.size()),
+                           hitch::tensor_view<float>(prm.gradient.data(), prm.gradient.size()),
+                           prm.is_bias_or_norm ? hitch::layer_flags::bias_or_norm() : hitch::layer_flags{}, prm.rows});
+        return out;
+    }
+    [[nodiscard]] hitch::cpu& device() noexcept { return device_; }
+    template <class Options>
+    void configure(Options& /*o*/) const {}
+    double train_batch(const data::batch_loader<float>& loader, const std::function<void(std::size_t)>& ready) {
+        const auto logits = model_.forward(loader.images(), loader.size(), nn::mode::train);
+        const double batch_loss = loss_.forward(logits, loader.labels());
+        model_.backward(loss_.gradient(), ready);
+        return batch_loss;
+    }
+    [[nodiscard]] std::size_t correct() const { return loss_.correct(); }
+    std::size_t evaluate_batch(const data::batch_loader<float>& loader) {
+        const auto logits = model_.forward(loader.images(), loader.size(), nn::mode::eval);
+        (void)loss_.forward(logits, loader.labels());
+        return loss_.correct();
+    }
+    [[nodiscard]] const std::vector<nn::buffer<float>>& buffers() const { return model_.buffers(); }
+
+private:
+    nn::model<float> model_;
+    nn::softmax_cross_entropy<float> loss_;
+    hitch::cpu device_;
+};
+
+/// The training loop with the model `make_runner(local_batch)` returns (a host_runner, or gpu/runner.cuh's).
+template <class X, class P, class C, class MakeRunner>
+train_result train_loop(C& comm, const train_config& config, const task& t, MakeRunner&& make_runner) {
     using dp_t = hitch::data_parallel<any_optimizer, X, P, schedule_by_name>;
     const int rank = comm.rank();
     // With dedicated parameter servers the last ranks only serve: the data and the batch are split over the
@@ -125,8 +177,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     if (p != comm.size()) workers_comm.emplace(comm.split(serves_only ? 1 : 0, rank));
     C& workers = workers_comm ? *workers_comm : comm;
 
-    nn::model<float> model = t.build(local_batch, config.seed);
-    nn::softmax_cross_entropy<float> loss(local_batch, model.output_shape().size());
+    auto runner = make_runner(local_batch);
     data::batch_loader<float> loader(train_set, t.norm, local_batch);
     data::sharded_sampler sampler(train_set.size(), serves_only ? 0 : rank, p, config.seed);
     // With --accumulate K an optimizer step takes K batches (micro-batches) of local_batch samples each; every
@@ -134,11 +185,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     const epoch_steps epoch_plan = steps_of_epoch(config, sampler.batches_per_epoch(local_batch));
     const std::size_t steps_per_epoch = epoch_plan.steps;
 
-    std::vector<hitch::layer> layers;
-    for (const auto& prm : model.parameters())
-        layers.push_back({prm.name, hitch::tensor_view<float>(prm.value.data(), prm.value.size()),
-                          hitch::tensor_view<float>(prm.gradient.data(), prm.gradient.size()),
-                          prm.is_bias_or_norm ? hitch::layer_flags::bias_or_norm() : hitch::layer_flags{}, prm.rows});
+    const std::vector<hitch::layer> layers = runner.layers();
 
     hitch::train::timeline timeline(rank, !config.timeline.empty());
     typename dp_t::options o;
@@ -165,7 +212,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
         std::fprintf(stderr, "%s\n", line.c_str());
         std::fflush(stderr);
     };
-    hitch::cpu device;
+    runner.configure(o);
     // Every rank builds data_parallel from the same options, so a combination it refuses (config_error: --zero
     // under a policy that exchanges no gradients ...) is refused on every rank alike: the workers agree on it and
     // the lowest such rank alone reports it, as for a mistake on the command line. A dedicated server rank does
@@ -174,7 +221,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     std::optional<dp_t> constructed;
     std::string refused;
     try {
-        constructed.emplace(comm, device, layers, o);
+        constructed.emplace(comm, runner.device(), layers, o);
     } catch (const hitch::config_error& e) {
         refused = e.what();
     }
@@ -197,7 +244,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     // checkpoint, as DDP broadcasts buffers.
     hitch::allreduce::group buffers_group(workers);
     const auto sync_buffers = [&] {
-        for (const auto& b : model.buffers())
+        for (const auto& b : runner.buffers())
             hitch::allreduce::allreduce(buffers_group, hitch::tensor_view<float>(b.value.data(), b.value.size()),
                                         hitch::allreduce::reduce_op::average);
     };
@@ -209,7 +256,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
         std::vector<std::pair<std::string, std::vector<std::byte>>> extra;
         const auto where = sampler.tell();
         extra.emplace_back("data.position", detail::as_bytes_vector(&where, sizeof(where)));
-        for (const auto& b : model.buffers())
+        for (const auto& b : runner.buffers())
             extra.emplace_back("model." + b.name, detail::as_bytes_vector(b.value.data(), b.value.size_bytes()));
         dp.save(prefix, extra);
     };
@@ -220,13 +267,13 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
         if (position.size() != sizeof(where))
             throw std::runtime_error("--resume: the checkpoint's data position has the wrong size");
         std::memcpy(&where, position.data(), sizeof(where));
-        for (const auto& b : model.buffers()) {
+        for (const auto& b : runner.buffers()) {
             const auto bytes = reader.section("model." + b.name);
             if (bytes.size() != b.value.size_bytes())
                 throw std::runtime_error("--resume: buffer " + b.name + " has the wrong size in the checkpoint");
         }
         sampler.seek(where);
-        for (const auto& b : model.buffers())
+        for (const auto& b : runner.buffers())
             std::memcpy(b.value.data(), reader.section("model." + b.name).data(), b.value.size_bytes());
         return where.epoch;
     };
@@ -300,9 +347,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
         for (std::size_t first = begin; first < end; first += local_batch) {
             const std::size_t count = std::min(local_batch, end - first);
             eval_loader.load_range(first, count);
-            const auto logits = model.forward(eval_loader.images(), count, nn::mode::eval);
-            (void)loss.forward(logits, eval_loader.labels());
-            correct += loss.correct();
+            correct += runner.evaluate_batch(eval_loader);
         }
         std::uint64_t total = correct;
         if (!apart) {
@@ -347,9 +392,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             std::optional<hitch::train::timeline::scoped_span> compute;
             compute.emplace(timeline.enabled() ? &timeline : nullptr, "forward + backward", "compute");
             loader.load(indices);
-            const auto logits = model.forward(loader.images(), loader.size(), nn::mode::train);
-            const double batch_loss = loss.forward(logits, loader.labels());
-            model.backward(loss.gradient(), [&](std::size_t i) { dp.gradient_ready(i); });
+            const double batch_loss = runner.train_batch(loader, [&](std::size_t i) { dp.gradient_ready(i); });
             compute.reset();
             if (slowed_now(dp.step_index())) {
                 const hitch::train::timeline::scoped_span slow(timeline.enabled() ? &timeline : nullptr, "--slow-ms",
@@ -360,7 +403,7 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
             train_seconds += std::chrono::duration<double>(clock::now() - step_start).count();
             samples += loader.size() * static_cast<std::uint64_t>(p);
             loss_sum += batch_loss;
-            correct += loss.correct();
+            correct += runner.correct();
             seen += loader.size();
             ++micro_batches;
             if (m.accumulated) continue;  // not an optimizer step yet: nothing to evaluate, write or show
@@ -436,6 +479,12 @@ train_result train_with(C& comm, const train_config& config, const task& t) {
     }
     r.staleness_mean = all_steps > 0.0 ? all_sum / all_steps : 0.0;
     return r;
+}
+
+template <class X, class P, class C>
+train_result train_with(C& comm, const train_config& config, const task& t) {
+    return train_loop<X, P, C>(comm, config, t,
+                               [&](std::size_t local_batch) { return host_runner(t, local_batch, config.seed); });
 }
 
 }  // namespace hitch_examples
