@@ -64,6 +64,43 @@ inline std::string run_gpu_program(char** argv, const std::string& program) {
            "-cuda)";
 }
 
+/// --resume PREFIX --resume-ranks R: when PREFIX was written by p workers and this run has q != p, sets
+/// resume_saved_ranks = p and, for keep-rank-batch, scales the global batch and the learning rate by q / p (each
+/// worker keeps its batch: the linear rule of Goyal et al. 2017). Returns the line saying so (empty: nothing to
+/// redistribute); throws usage_error where that cannot be done.
+inline std::string plan_elastic_resume(train_config& config, int workers) {
+    const auto found = hitch::train::checkpoint_files(config.resume);
+    if (found.empty() || found.contains(workers)) return {};  // resume_problem says what is missing, or a plain resume
+    const std::string head = "--resume " + config.resume + " --resume-ranks " + config.resume_ranks + ": ";
+    if (found.size() > 1) {
+        std::string counts;
+        for (const auto& [p, ranks] : found) counts += (counts.empty() ? "" : ", ") + std::to_string(p);
+        throw usage_error(head + "files of several rank counts (" + counts + ") share this prefix; keep one");
+    }
+    const int p = found.begin()->first;
+    const auto q = static_cast<std::size_t>(workers);
+    const std::string refused = "--resume-ranks " + config.resume_ranks + " on " + std::to_string(q) + " workers, " +
+                                std::to_string(p) + " wrote it: ";
+    if (config.zero != 0)
+        throw usage_error(refused + "--zero " + std::to_string(config.zero) + "'s sharded state is not redistributed");
+    if (config.sync != "hard" && config.sync != "local_sgd")
+        throw usage_error(refused + "--sync " + config.sync +
+                          "'s state is on its parameter server (hard or local_sgd)");
+    if (config.device == "cuda") throw usage_error(refused + "a GPU run resumes on the ranks that wrote it");
+    const std::size_t batch = config.batch_size;
+    if (config.resume_ranks == "keep-rank-batch") {
+        if (batch % static_cast<std::size_t>(p) != 0)
+            throw usage_error(head + "--batch-size " + std::to_string(batch) + " does not split over the " +
+                              std::to_string(p) + " workers that wrote the checkpoint: give the batch they ran");
+        config.batch_size = batch / static_cast<std::size_t>(p) * q;
+        config.lr *= static_cast<double>(q) / static_cast<double>(p);
+    }
+    config.resume_saved_ranks = p;
+    return head + "the checkpoint of " + std::to_string(p) + " workers goes on on " + std::to_string(q) +
+           ": global batch " + std::to_string(config.batch_size) + " (" + std::to_string(config.batch_size / q) +
+           " a worker), learning rate " + number_text(config.lr);
+}
+
 /// The node each MPI rank runs on, as hitch's communicators see it (ranks that share memory, or the nodes of
 /// HITCH_EMULATE_NODES): this rank's node, the node count and how many ranks each node runs.
 struct placement {
@@ -185,9 +222,13 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
 
     std::shared_ptr<void> keep;
     task t;
+    std::string elastic_line;  // --resume-ranks: how the checkpoint is redistributed
     const int status = detail::agree_on_failure(!on_threads, world_rank, world_size, info.program, [&] {
+        // The batch --resume-ranks keep-rank-batch sets is the one every check below sees.
+        if (config.resume_ranks != "same" && !config.resume.empty() && config.resume != "auto")
+            elastic_line = detail::plan_elastic_resume(config, worker_count(config, world_size));
         check_combination(config, world_size);
-        if (!config.resume.empty() && config.resume != "auto")
+        if (!config.resume.empty() && config.resume != "auto" && config.resume_saved_ranks == 0)
             if (const std::string problem =
                     resume_problem("--resume", config.resume, world_size, worker_count(config, world_size),
                                    where.layout.ranks_on(where.node));
@@ -202,6 +243,7 @@ int run_main(int argc, char** argv, const example_info& info, const task_factory
     if (status != 0) return status;
 
     try {
+        if (world_rank == 0 && !elastic_line.empty()) std::printf("%s\n", elastic_line.c_str());
         if (world_rank == 0) {
             const auto sync_opts = sync_options_json(config);
             const std::string sync = config.sync + (sync_opts.empty() ? "" : " " + sync_opts.dump());

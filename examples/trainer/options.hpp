@@ -107,6 +107,10 @@ inline void add_options(CLI::App& app, train_config& c, const example_info& info
     app.add_option("--resume", c.resume,
                    "Resume from a checkpoint prefix written by --checkpoint ({node} as there); auto: from the newest "
                    "usable checkpoint under --checkpoint, or from the start when there is none");
+    add_name(app, "--resume-ranks", c.resume_ranks,
+             "--resume PREFIX written by another number of workers: same (refused), keep-global-batch, or "
+             "keep-rank-batch (global batch and learning rate scaled by the linear rule)",
+             {"same", "keep-global-batch", "keep-rank-batch"});
     app.add_option("--metrics", c.metrics, "Per-step metrics as JSON lines (rank 0; others append .rank<r>)");
     app.add_option("--timeline", c.timeline, "Chrome trace-event timeline (rank 0; others append .rank<r>)");
     app.add_option("--plot", c.plot, "Draw loss and test accuracy against time and epochs into this PNG");

@@ -103,6 +103,12 @@ void check_combination(const train_config& c, int ranks) {
                           " needs --checkpoint PREFIX, where the checkpoints go");
     if (c.resume == "auto" && c.checkpoint.empty())
         throw usage_error("--resume auto looks for checkpoints under --checkpoint PREFIX: give it");
+    if (c.resume_ranks != "same") {
+        if (c.resume.empty() || c.resume == "auto")
+            throw usage_error("--resume-ranks " + c.resume_ranks +
+                              " redistributes the checkpoint --resume PREFIX names; --resume auto restarts on the "
+                              "number of workers that wrote its sets");
+    }
     if (c.slow_ms > 0.0 && c.slow_rank == -1)
         throw usage_error("--slow-ms " + detail::number_text(c.slow_ms) +
                           " needs --slow-rank R, the rank to slow down");

@@ -75,6 +75,11 @@ struct train_config {
     /// set ahead, at least two are then common to every rank).
     std::size_t checkpoint_every = 0;
     std::string resume;  // a prefix, or "auto": the newest usable set under --checkpoint (none: start afresh)
+    /// --resume PREFIX written by another number of workers: "same" (refused), "keep-global-batch" (the batch per
+    /// worker becomes batch / q) or "keep-rank-batch" (the batch per worker stays, the global batch and the rate
+    /// scale by q / p: the linear rule). run_main sets resume_saved_ranks to p when it differs from q.
+    std::string resume_ranks = "same";
+    int resume_saved_ranks = 0;
     std::string metrics;
     std::string timeline;
     std::string plot;

@@ -261,12 +261,23 @@ train_result train_loop(C& comm, const train_config& config, const task& t, Make
         dp.save(prefix, extra);
     };
     const auto restore_from = [&](const std::string& prefix) -> std::size_t {
-        const auto reader = dp.load(prefix);
+        // --resume-ranks: a checkpoint of saved workers redistributed over these p (train/elastic.hpp).
+        const int saved = config.resume_saved_ranks;
+        const auto reader = dp.load(prefix, {.elastic = saved != 0, .saved_ranks = saved});
         const auto position = reader.section("data.position");
         data::sharded_sampler::position where{};
         if (position.size() != sizeof(where))
             throw std::runtime_error("--resume: the checkpoint's data position has the wrong size");
         std::memcpy(&where, position.data(), sizeof(where));
+        if (saved != 0 && saved != p) {
+            // The saved workers had each taken `index` samples of their shard, saved * index of the epoch in all;
+            // these p go on from as many (whole batches of theirs), or start the next epoch where it was finished.
+            const std::size_t saved_shard = train_set.size() / static_cast<std::size_t>(saved);
+            const std::size_t taken = where.index * static_cast<std::size_t>(saved) / static_cast<std::size_t>(p);
+            where.index = where.index >= saved_shard
+                              ? sampler.shard_size()
+                              : std::min(sampler.shard_size(), taken / local_batch * local_batch);
+        }
         for (const auto& b : runner.buffers()) {
             const auto bytes = reader.section("model." + b.name);
             if (bytes.size() != b.value.size_bytes())

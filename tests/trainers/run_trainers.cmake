@@ -677,6 +677,43 @@ elseif(CASE STREQUAL "resume_ranks")
   expect_one_line(r 2 "two.rank1-of-2" "missing" "1 of 2")
   run_to_file(r ${MPIEXEC} -n 2 ${MNIST} ${common} --epochs 2 --resume ${WORK}/none)
   expect_one_line(r 2 "--resume ${WORK}/none" "no checkpoint files")
+  # --resume-ranks: a checkpoint of 2 workers (4 steps of 33 samples each: 128 of a worker's 128) goes on on 3
+  # keeping the global batch of 66, and on 1 keeping the worker's batch of 33 (the rate halves, the linear rule);
+  # each run goes on from step 4 (the first is 0), at the learning rate that says (as the metrics print it: 17
+  # significant digits), and finishes its second epoch.
+  set(common --synthetic --synthetic-samples 256 --batch-size 66 --no-progress-bar --lr 0.1 --lr-schedule constant)
+  run(w ${MNIST} --threads 2 ${common} --epochs 1 --checkpoint ${WORK}/el)
+  expect_ok(w)
+  foreach(case IN ITEMS "3;keep-global-batch;global batch 66 \\(22 a worker\\), learning rate 0.1$;0.10000000000000001"
+                        "1;keep-rank-batch;global batch 33 \\(33 a worker\\), learning rate 0.05$;0.050000000000000003")
+    list(GET case 0 q)
+    list(GET case 1 how)
+    list(GET case 2 said)
+    list(GET case 3 lr)
+    run_to_file(r ${MPIEXEC} -n ${q} ${MNIST} ${common} --epochs 2 --resume ${WORK}/el --resume-ranks ${how}
+                --metrics ${WORK}/el${q}.jsonl)
+    expect_ok(r)
+    string(REGEX MATCH "--resume-ranks ${how}: the checkpoint of 2 workers goes on on ${q}: ([^\n]*)" line "${r}")
+    if(NOT CMAKE_MATCH_1 MATCHES "${said}")
+      message(FATAL_ERROR "--resume-ranks ${how} on ${q}: expected '${said}' in:\n${r}")
+    endif()
+    file(STRINGS "${WORK}/el${q}.jsonl" steps REGEX "^{\"step\":")
+    list(GET steps 0 first)
+    string(JSON step GET "${first}" step)
+    string(JSON rate GET "${first}" lr)
+    if(NOT step EQUAL 4 OR NOT rate STREQUAL lr)
+      message(FATAL_ERROR "--resume-ranks ${how} on ${q}: first step ${step} at lr ${rate}, not 4 at ${lr}")
+    endif()
+  endforeach()
+  run_to_file(r ${MNIST} --threads 3 ${common} --epochs 2 --checkpoint ${WORK}/el --resume auto
+              --resume-ranks keep-global-batch)
+  expect_one_line(r 2 "--resume-ranks keep-global-batch" "--resume auto restarts")
+  run_to_file(r ${MNIST} --threads 3 ${common} --epochs 2 --resume ${WORK}/el --resume-ranks keep-rank-batch
+              --sync ssp)
+  expect_one_line(r 2 "--resume-ranks keep-rank-batch on 3 workers, 2 wrote it: --sync ssp's state is on its parameter")
+  run_to_file(r ${MPIEXEC} -n 3 ${MNIST} ${common} --epochs 2 --resume ${WORK}/el --resume-ranks keep-global-batch
+              --zero 1)
+  expect_one_line(r 2 "--resume-ranks keep-global-batch on 3 workers, 2 wrote it: --zero 1's sharded state")
 elseif(CASE STREQUAL "nodes")
   # Two emulated nodes on this host, each with its own copy of the data and its own checkpoint directory ({node}
   # in the paths): the run reports its layout, each rank writes its checkpoint on its node only, the run resumes
