@@ -16,8 +16,9 @@ CMAKE_ARGS ?=
 # GPU tests) and halves nvcc's time. Code of your own that uses hitch::cuda keeps CMake's default, 80;90.
 CUDA_ARCHS ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ' \
 	| grep -E '^[0-9]+$$' || echo 90)
-# The families whose tests run threads against each other: built a second time with clang by make test.
-CLANG_FAMILIES ?= core;parallel;comm;allreduce;train;sync
+# The families whose tests run threads against each other: built a second time with clang by make test (the
+# lower layers; train and sync, whose tests take most of the build, run under clang in make test-clang).
+CLANG_FAMILIES ?= core;parallel;comm;allreduce
 CLANG_EXAMPLES ?= OFF
 # The families make test-tsan builds with ThreadSanitizer (their tests of threads in one process: MPI's processes
 # are not instrumented).
