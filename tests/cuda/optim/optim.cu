@@ -5,6 +5,7 @@
 // loaded on the CPU and back; rebind; one_of. Skips (exit 77) without a GPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -271,7 +272,12 @@ TEST_CASE("state saved on the GPU loads on the CPU and back, and the runs go on 
     const std::string bytes = saved.str();
     std::stringstream in(bytes);
     cpu.load(in);
-    for (std::size_t k = 0; k < host.params.size(); ++k) host.params[k] = gm.params_of(k);
+    // Copied into the existing storage: the CPU optimizer's layers view it (assigning a new vector would leave them
+    // pointing at freed memory).
+    for (std::size_t k = 0; k < host.params.size(); ++k) {
+        const std::vector<float> now = gm.params_of(k);
+        std::copy(now.begin(), now.end(), host.params[k].begin());
+    }
     // And into a fresh GPU optimizer, which must then step exactly as the first.
     device_model gm2(dev, host);
     optim::model_optimizer<O, device> gpu2(options, gm2.layers, dev);

@@ -166,7 +166,7 @@ TEST_CASE("local_sgd on the GPU: parameters (and optimizer state) averaged every
     for (const bool with_state : {false, true}) {
         setup c;
         c.ranks = 3;
-        c.steps = 7;
+        c.steps = 6;  // ends on an average (period 3), so the replicas must agree as well as match the CPU
         same_on_cpu_and_gpu<hitch::optim::momentum, hitch::compress::none, hitch::sync::local_sgd,
                             hitch::allreduce::ring>(c, [&](auto& o) {
             o.optimizer.momentum = 0.9f;

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -110,10 +112,16 @@ public:
     nccl_api_backend& operator=(const nccl_api_backend&) = delete;
     ~nccl_api_backend() override {
         activate();
+        // A split still running writes comm_ when it completes: let it (the parent is aborted on a failed or
+        // timed-out split, which ends it), for a bounded time, before this object goes away.
+        for (int i = 0; i < 2000 && splitting_from_ != nullptr && split_progress().kind == nccl_state::in_progress; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        comm_ = __atomic_load_n(&comm_, __ATOMIC_ACQUIRE);
         if (comm_ != nullptr && !closed_) ncclCommAbort(comm_);
         comm_ = nullptr;
         for (auto& e : events_) cudaEventDestroy(e.second);
         for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+        if (order_event_ != nullptr) cudaEventDestroy(order_event_);
         if (stream_ != nullptr) cudaStreamDestroy(stream_);
         for (auto& [bytes, p] : bounce_free_) cudaFreeHost(p);
         for (auto& b : bounce_busy_) cudaFreeHost(b.memory);
@@ -148,6 +156,10 @@ public:
             if (!failed_.empty()) return {nccl_state::failed, failed_};
             if (pending_split_) return {nccl_state::in_progress, {}};
         }
+        if (splitting_from_ != nullptr) {
+            const nccl_state s = split_progress();
+            if (s.kind != nccl_state::ready) return s;
+        }
         ncclResult_t r = ncclSuccess;
         const ncclResult_t q = ncclCommGetAsyncError(comm_, &r);
         if (q != ncclSuccess) r = q;
@@ -178,6 +190,7 @@ public:
         bounce b = take_bounce(bytes);
         std::memcpy(b.memory, host_src, bytes);
         queue_.push_back(copy_cmd{device_dst, b.memory, bytes});
+        need_order_ = true;
         bounce_unrecorded_.push_back(b);
     }
     void copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) override {
@@ -186,11 +199,16 @@ public:
         b.host_dst = host_dst;
         b.bytes = bytes;
         queue_.push_back(copy_cmd{b.memory, device_src, bytes});
+        need_order_ = true;
         bounce_unrecorded_.push_back(b);
     }
-    void group(std::span<const nccl_p2p> ops) override { queue_.push_back(group_cmd{{ops.begin(), ops.end()}}); }
+    void group(std::span<const nccl_p2p> ops) override {
+        queue_.push_back(group_cmd{{ops.begin(), ops.end()}});
+        need_order_ = true;
+    }
     void allreduce(const void* send, void* recv, std::size_t count, dtype type, reduce_op op) override {
         queue_.push_back(allreduce_cmd{send, recv, count, type, op});
+        need_order_ = true;
     }
     [[nodiscard]] nccl_ticket record() override {
         const nccl_ticket t = ++last_ticket_;
@@ -235,6 +253,7 @@ public:
         if (closed_) return true;
         pump();
         if (!queue_.empty() || !events_.empty() || !failed_.empty() || pending_split_) return false;
+        if (splitting_from_ != nullptr && split_progress().kind != nccl_state::ready) return false;
         activate();
         ncclResult_t r = ncclSuccess;
         if (!finalizing_) {
@@ -314,7 +333,31 @@ private:
         const ncclResult_t r = ncclCommSplit(parent.comm_, color_, key_, &comm_, &config);
         pending_split_ = false;
         parent_ = nullptr;
-        if (r != ncclSuccess && r != ncclInProgress) failed_ = "ncclCommSplit: " + detail::nccl_text(r, comm_);
+        if (r != ncclSuccess && r != ncclInProgress)
+            failed_ = "ncclCommSplit: " + detail::nccl_text(r, parent.comm_);
+        else
+            splitting_from_ = &parent;
+    }
+
+    /// A non-blocking ncclCommSplit leaves the new communicator NCCL_COMM_NULL until the split has completed (NCCL
+    /// stores it from its own thread) and reports the split's progress and errors on the parent meanwhile; the
+    /// parent refuses other calls until then (busy()).
+    nccl_state split_progress() {
+        if (__atomic_load_n(&comm_, __ATOMIC_ACQUIRE) != nullptr) {
+            splitting_from_ = nullptr;
+            return {nccl_state::ready, {}};
+        }
+        nccl_api_backend& parent = *splitting_from_;
+        if (parent.comm_ == nullptr || parent.closed_) {
+            failed_ = "the parent communicator was closed while ncclCommSplit ran";
+            return {nccl_state::failed, failed_};
+        }
+        ncclResult_t r = ncclSuccess;
+        const ncclResult_t q = ncclCommGetAsyncError(parent.comm_, &r);
+        if (q != ncclSuccess) r = q;
+        if (r == ncclSuccess || r == ncclInProgress) return {nccl_state::in_progress, {}};
+        failed_ = "ncclCommSplit: " + detail::nccl_text(r, parent.comm_);
+        return {nccl_state::failed, failed_};
     }
 
     void open_stream() {
@@ -331,14 +374,28 @@ private:
     }
 
     /// True while an NCCL call is still being issued (ncclInProgress after it returned).
+    /// Asks NCCL every time, not only after a call that returned ncclInProgress: a non-blocking communicator
+    /// refuses any call (ncclInvalidArgument) while its state is ncclInProgress, whatever put it there.
     bool busy() {
-        if (!nccl_pending_ || comm_ == nullptr) return false;
+        if (comm_ == nullptr) return false;
         ncclResult_t r = ncclSuccess;
         if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) return false;
         if (r == ncclInProgress) return true;
-        if (r != ncclSuccess) failed_ = detail::nccl_text(r, comm_);
+        if (r != ncclSuccess && nccl_pending_) failed_ = detail::nccl_text(r, comm_);
         nccl_pending_ = false;
         return false;
+    }
+
+    /// The caller's device buffers were written by work on the legacy default stream (cudaMemcpy, kernels on
+    /// stream 0), which does not order a non-blocking stream: this stream waits for what was issued there so far
+    /// before it reads or writes them, as it would behind a blocking stream.
+    [[nodiscard]] cudaError_t order_after_default_stream() {
+        cudaError_t e = cudaSuccess;
+        if (order_event_ == nullptr) e = cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventRecord(order_event_, cudaStreamLegacy);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, order_event_, 0);
+        if (e == cudaSuccess) need_order_ = false;
+        return e;
     }
 
     /// Issues queued commands in order while the communicator accepts them.
@@ -349,7 +406,13 @@ private:
             if (busy()) return;
             command& c = queue_.front();
             ncclResult_t r = ncclSuccess;
-            cudaError_t e = cudaSuccess;
+            cudaError_t e = need_order_ ? order_after_default_stream() : cudaSuccess;
+            if (e != cudaSuccess) {
+                cudaGetLastError();
+                failed_ = hitch::detail::concat("ordering after the default stream: ", cudaGetErrorName(e), ": ",
+                                                cudaGetErrorString(e));
+                return;
+            }
             if (auto* g = std::get_if<group_cmd>(&c)) {
                 r = ncclGroupStart();
                 for (const nccl_p2p& op : g->ops) {
@@ -438,7 +501,8 @@ private:
     bool finalizing_ = false;
     std::string failed_;
 
-    nccl_api_backend* parent_ = nullptr;
+    nccl_api_backend* parent_ = nullptr;          // the parent, until ncclCommSplit is issued
+    nccl_api_backend* splitting_from_ = nullptr;  // the parent, while the issued split runs
     bool pending_split_ = false;
     int color_ = 0;
     int key_ = 0;
@@ -446,6 +510,8 @@ private:
     std::deque<command> queue_;
     std::deque<std::pair<nccl_ticket, cudaEvent_t>> events_;
     std::vector<cudaEvent_t> spare_events_;
+    cudaEvent_t order_event_ = nullptr;  // recorded on the legacy default stream, waited for by stream_
+    bool need_order_ = false;            // commands queued since stream_ last waited for the default stream
     nccl_ticket last_ticket_ = 0;
     nccl_ticket completed_ = 0;
     std::multimap<std::size_t, void*> bounce_free_;
