@@ -78,6 +78,7 @@ struct local_op {
     std::size_t bytes = 0;  // send: message size; recv: buffer size
     message_info info;
     std::string error_text;
+    std::shared_ptr<void> attachment;  // a send's (isend_attached), handed to the receive that gets the message
 
     std::atomic<int> status{op_pending};
     std::mutex m;
@@ -170,6 +171,7 @@ inline void deliver(local_op& send, local_op& recv) {
     } else {
         if (send.bytes != 0) std::memcpy(recv.recv_data, send.send_data, send.bytes);
         recv.info = {send.source, send.tag, send.bytes};
+        recv.attachment = std::move(send.attachment);
         recv.complete(op_done);
     }
     if (!send.eager) send.complete(op_done);
@@ -249,6 +251,12 @@ public:
             return op_->info;
         }
         [[nodiscard]] std::string describe() const { return op_ ? operation() + " (" + where() + ")" : "no operation"; }
+        /// A completed receive's share of what the sender attached to the message (isend_attached); empty for
+        /// other messages, and once taken.
+        [[nodiscard]] std::shared_ptr<void> take_attachment() noexcept {
+            if (!op_ || op_->status.load(std::memory_order_acquire) != detail::op_done) return nullptr;
+            return std::exchange(op_->attachment, nullptr);
+        }
 
     private:
         friend class local;
@@ -352,6 +360,13 @@ public:
     template <element_type T>
     [[nodiscard]] request isend(std::span<T> data, int peer, int tag) {
         return isend(std::span<const T>(data), peer, tag);
+    }
+    /// isend with an object that travels with the message: the receive that gets it holds it
+    /// (request::take_attachment()), and a message never received releases it with its mailbox. The all-reduce
+    /// transport's in-place sends hand over the lease on the sender's buffer this way.
+    template <element_type T>
+    [[nodiscard]] request isend_attached(std::span<const T> data, int peer, int tag, std::shared_ptr<void> attachment) {
+        return post_send(std::as_bytes(data), dtype_of<T>(), peer, tag, context_, std::move(attachment));
     }
     template <element_type T>
     [[nodiscard]] request irecv(std::span<T> data, int peer, int tag) {
@@ -500,7 +515,8 @@ private:
         return std::nullopt;
     }
 
-    request post_send(std::span<const std::byte> data, dtype type, int peer, int tag, std::uint64_t context) {
+    request post_send(std::span<const std::byte> data, dtype type, int peer, int tag, std::uint64_t context,
+                      std::shared_ptr<void> attachment = nullptr) {
         check_peer(peer, false, "isend");
         check_tag(tag, "isend");
         if (world_->aborted.load())
@@ -517,6 +533,7 @@ private:
         op->type = type;
         op->bytes = data.size();
         op->send_data = data.data();
+        op->attachment = std::move(attachment);
         auto& box = mailbox(peer);
         std::shared_ptr<detail::local_op> recv;
         {

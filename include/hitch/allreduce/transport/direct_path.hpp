@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -37,12 +38,22 @@ struct direct_lease {
 
 /// What a direct send puts on the wire instead of the data.
 struct direct_descriptor {
-    std::uint64_t holder = 0;  // std::shared_ptr<direct_lease>* the receiver takes ownership of
+    // 0: the lease travels as the message's attachment (a communicator with isend_attached, as comm::local);
+    // else a heap std::shared_ptr<direct_lease>* the receiver takes ownership of.
+    std::uint64_t holder = 0;
     std::uint64_t address = 0;
     std::uint64_t bytes = 0;
     std::uint64_t type = 0;  // the element dtype; writable_flag set when the receiver may write the result back
 };
 inline constexpr std::uint64_t writable_flag = std::uint64_t{1} << 32;
+
+/// Communicators that can send an object along with a message (and release it if the message is never received).
+template <class C>
+concept attaches_objects =
+    requires(C& c, std::span<const std::byte> d, std::shared_ptr<void> a, typename C::request& r) {
+        { c.isend_attached(d, 0, 0, a) } -> std::same_as<typename C::request>;
+        { r.take_attachment() } -> std::same_as<std::shared_ptr<void>>;
+    };
 
 }  // namespace detail
 
@@ -196,10 +207,14 @@ public:
         void arrive() {
             if (descriptor_) {
                 const detail::direct_descriptor d = *descriptor_;
-                auto* holder = reinterpret_cast<std::shared_ptr<detail::direct_lease>*>(d.holder);
-                lease_ = std::move(*holder);
-                delete holder;
+                lease_ = take_lease(d);
                 descriptor_.reset();
+                if (!lease_) {
+                    state_ = released;
+                    throw comm_error(hitch::detail::concat("hitch::allreduce: rank ", rank_,
+                                                           " received a direct-send descriptor from rank ", peer_,
+                                                           " without its lease"));
+                }
                 int expected = detail::direct_lease::open;
                 if (!lease_->state.compare_exchange_strong(expected, detail::direct_lease::reading)) {
                     lease_.reset();
@@ -232,6 +247,18 @@ public:
                 }
             }
         }
+        /// The lease of an arrived descriptor: the message's attachment, or the heap holder it names.
+        std::shared_ptr<detail::direct_lease> take_lease(const detail::direct_descriptor& d) {
+            if (d.holder == 0) {
+                if constexpr (detail::attaches_objects<C>)
+                    return std::static_pointer_cast<detail::direct_lease>(request_->take_attachment());
+                return nullptr;
+            }
+            auto* holder = reinterpret_cast<std::shared_ptr<detail::direct_lease>*>(d.holder);
+            std::shared_ptr<detail::direct_lease> lease = std::move(*holder);
+            delete holder;
+            return lease;
+        }
         void finish_abandoned() noexcept {
             if (descriptor_ && request_) {
                 // The descriptor may have arrived without being looked at: take the lease so the sender can go on.
@@ -240,11 +267,8 @@ public:
                     arrived = request_->test();
                 } catch (...) {}
                 if (arrived) {
-                    auto* holder = reinterpret_cast<std::shared_ptr<detail::direct_lease>*>(descriptor_->holder);
-                    if (holder != nullptr) {
-                        (*holder)->state.store(detail::direct_lease::consumed, std::memory_order_release);
-                        delete holder;
-                    }
+                    if (const auto lease = take_lease(*descriptor_))
+                        lease->state.store(detail::direct_lease::consumed, std::memory_order_release);
                 }
             }
             release();
@@ -278,14 +302,21 @@ public:
         op.channel_ = channel;
         op.spin_ = spin_;
         op.lease_ = std::make_shared<detail::direct_lease>();
-        auto holder = std::make_unique<std::shared_ptr<detail::direct_lease>>(op.lease_);
         detail::direct_descriptor d;
-        d.holder = reinterpret_cast<std::uint64_t>(holder.get());
         d.address = reinterpret_cast<std::uint64_t>(data.data());
         d.bytes = data.size_bytes();
         d.type = static_cast<std::uint64_t>(dtype_of<T>()) | (writable ? detail::writable_flag : 0);
-        op.request_.emplace(comm_.isend(std::as_bytes(std::span<const detail::direct_descriptor>(&d, 1)), peer, tag));
-        holder.release();  // the receiver owns it now (leaked only if the message is never received)
+        const std::span<const detail::direct_descriptor> wire(&d, 1);
+        if constexpr (detail::attaches_objects<C>) {
+            // The receiver's share of the lease travels with the message, and is released with it if the message
+            // is never received (a world aborted between the send and the receive).
+            op.request_.emplace(comm_.isend_attached(std::as_bytes(wire), peer, tag, op.lease_));
+        } else {
+            auto holder = std::make_unique<std::shared_ptr<detail::direct_lease>>(op.lease_);
+            d.holder = reinterpret_cast<std::uint64_t>(holder.get());
+            op.request_.emplace(comm_.isend(std::as_bytes(wire), peer, tag));
+            holder.release();  // the receiver owns it now (leaked only if the message is never received)
+        }
         return op;
     }
 
