@@ -180,8 +180,8 @@ void load_payload(Reader& r, std::string_view id, std::span<const layer> layers,
     const auto fits = [&](std::size_t i, std::size_t b) {
         if (i >= states.size()) return false;
         const auto buffers = states[i].buffers();
-        std::size_t count = std::ranges::size(buffers);  // 0 for a stateless rule: not a constant to compare with
-        if (b >= count) return false;
+        std::size_t buffer_count = std::ranges::size(buffers);  // 0 for a stateless rule: not a constant to compare
+        if (b >= buffer_count) return false;
         return std::ranges::begin(buffers)[static_cast<std::ptrdiff_t>(b)].size() == saved[i].buffers[b];
     };
     std::vector<std::vector<float>> staged;
