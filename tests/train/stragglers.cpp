@@ -1,7 +1,8 @@
 // A straggler seen from data_parallel over comm::local (3 ranks, rank 2 sleeps before its backward pass ends in
 // every step): the stall observer of rank 0 reports each step's exchange once, naming rank 2; the metrics' wait_ms is
 // about the delay on ranks 0 and 1 and small on rank 2, with overlap and without; the timeline has the wait as a span
-// of category "wait"; with the collectives' check off wait_ms is not measured (null).
+// of category "wait"; with the collectives' check off wait_ms is not measured (null). A rank late to the loss scaler's
+// agreement is named in a report of operation "agreement".
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -105,5 +106,43 @@ TEST_CASE("wait_ms is null when the collectives' check is off; no observer, no r
     for (const auto& out : ranks) {
         for (const auto& w : out.wait_ms) CHECK(!w.has_value());
         CHECK(out.reports.empty());
+    }
+}
+
+TEST_CASE("a rank late to the loss scaler's agreement is named by the stall inspector", "[train][stall]") {
+    // Rank 2 reports its gradient on time (the exchange completes on the group's thread) but calls step() late, so
+    // its peers wait in the loss scaler's agreement on whether any rank overflowed, a call of the group.
+    const double warning = hitch_test::scaled_seconds(0.2);
+    const double late = hitch_test::scaled_seconds(0.5);
+    hitch::comm::local_options lo;
+    lo.timeout_s = hitch_test::scaled_seconds(30);
+    std::mutex m;
+    std::vector<std::string> reports;
+    hitch::comm::run_local(
+        3,
+        [&](hitch::comm::local& comm) {
+            std::vector<float> w(1024, 0.5f), g(w.size(), 0.0f);
+            hitch::cpu dev;
+            dp_t::options o;
+            o.overlap = true;
+            o.loss_scaling = true;
+            o.stall.warning_s = warning;
+            o.observer.stall = [&](const hitch::stall_report& r) {
+                std::lock_guard lock(m);
+                if (comm.rank() == 0) reports.push_back(r.message());
+            };
+            dp_t dp(comm, dev, {{"w", hitch::view(w), hitch::view(g)}}, o);
+            for (auto& x : g) x = static_cast<float>(comm.rank() + 1);
+            dp.gradient_ready(0);
+            if (comm.rank() == 2) std::this_thread::sleep_for(std::chrono::duration<double>(late));
+            (void)dp.step();
+        },
+        lo);
+    REQUIRE(!reports.empty());
+    for (const auto& line : reports) {
+        INFO(line);
+        CHECK(line.find("hitch: stall: agreement #") == 0);
+        CHECK(line.find("(loss scale) on rank 0 of 3") != std::string::npos);
+        CHECK(line.find(": rank 2 has not arrived") != std::string::npos);
     }
 }

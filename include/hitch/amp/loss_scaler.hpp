@@ -109,8 +109,10 @@ public:
 
     /// Collective when C is a communicator: agrees on whether any rank overflowed, updates S, and returns true
     /// when the step should be applied (no rank overflowed).
-    bool update(bool local_overflow) {
-        const bool overflow = detail::any_rank(*group_, local_overflow);
+    bool update(bool local_overflow) { return apply_agreed(detail::any_rank(*group_, local_overflow)); }
+    /// update() for a caller that has already agreed with the other ranks on whether any overflowed (data_parallel
+    /// runs that agreement as a call of its group): updates S and returns true when the step should be applied.
+    bool apply_agreed(bool overflow) {
         if (overflow) {
             ++state_.skipped_steps;
             if (options_.mode == scaling::dynamic) {

@@ -611,6 +611,23 @@ private:
     /// policies) itself alone.
     C& agreement() noexcept { return self_ ? *self_ : control_; }
 
+    /// An agreement among every rank run as a call of the group (operation "agreement", `what` as its schedule),
+    /// so the stall inspector names a rank that does not come; `body` runs the collective on the communicator given.
+    template <class Body>
+    void agreement_call(std::string_view what, Body&& body) {
+        allreduce::call_options call;
+        call.check = false;  // it is itself an agreement
+        group_.run(
+            call,
+            [what] {
+                allreduce::call_descriptor d;
+                d.operation = static_cast<std::uint8_t>(allreduce::operation::agreement);
+                d.set_schedule(what);
+                return d;
+            },
+            [&](allreduce::transport<C>& t, const allreduce::call_descriptor&) { body(t.comm()); });
+    }
+
     static std::vector<user_layer> agreed_layers(C& control, std::vector<user_layer> layers) {
         check_layers_locally(std::span<const user_layer>(layers), D::space, D::name);
         agree_on_layers(control, std::span<const user_layer>(layers), dtype_of<Param>());

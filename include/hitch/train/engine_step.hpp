@@ -230,25 +230,17 @@ bool engine<O, X, P, S, C, D, Param>::agree_on_step(C& with) {
         std::chrono::steady_clock::time_point start;
         ~counted() { into += ns(start, std::chrono::steady_clock::now()); }
     } count{agreement_wait_ns_, start};
-    if (scaler_) return scaler_->update(local_bad);
-    std::vector<amp::detail::nonfinite_report> reports;
-    if (&with == &control_ && with.size() > 1) {
-        allreduce::call_options call;
-        call.check = false;  // it is itself the agreement
-        group_.run(
-            call,
-            [] {
-                allreduce::call_descriptor d;
-                d.operation = static_cast<std::uint8_t>(allreduce::operation::agreement);
-                d.set_schedule("step");
-                return d;
-            },
-            [&](allreduce::transport<C>& t, const allreduce::call_descriptor&) {
-                reports = comm::allgather_value(t.comm(), report);
-            });
-    } else {
-        reports = amp::detail::gather_reports(with, report);
+    if (scaler_) {
+        if (&with != &control_ || with.size() <= 1) return scaler_->update(local_bad);
+        bool any_overflow = false;
+        agreement_call("loss scale", [&](C& c) { any_overflow = comm::any_of(c, local_bad); });
+        return scaler_->apply_agreed(any_overflow);
     }
+    std::vector<amp::detail::nonfinite_report> reports;
+    if (&with == &control_ && with.size() > 1)
+        agreement_call("step", [&](C& c) { reports = comm::allgather_value(c, report); });
+    else
+        reports = amp::detail::gather_reports(with, report);
     const bool any = std::any_of(reports.begin(), reports.end(), [](const auto& r) { return r.layer >= 0; });
     if (!any) return true;
     if (options_.nonfinite == amp::nonfinite_policy::skip_step) return false;
