@@ -373,9 +373,9 @@ private:
         }
     }
 
-    /// True while an NCCL call is still being issued (ncclInProgress after it returned).
+    /// True while the communicator's state is ncclInProgress (a call still being issued, its init, a split of it).
     /// Asks NCCL every time, not only after a call that returned ncclInProgress: a non-blocking communicator
-    /// refuses any call (ncclInvalidArgument) while its state is ncclInProgress, whatever put it there.
+    /// refuses any call (ncclInvalidArgument) in that state, whatever put it there.
     bool busy() {
         if (comm_ == nullptr) return false;
         ncclResult_t r = ncclSuccess;
