@@ -32,12 +32,13 @@
 // time over this one's (weak scaling from the first p, as Goyal et al. 2017 count from one server).
 //
 // --compare-local runs each schedule on comm::local as well (threads of this process, the message path) and on a
-// single switch with the alpha and beta of a line fitted through ping-pongs between two threads there, and prints
-// the measured time (the median of 31, slowest rank) and two predictions with their relative errors: the network
-// model alone, and with each rank's own work (combining) charged as measured here (host_time_scale = 1, the
-// median of 9 simulations):
-//   {"bench":"simulate_vs_local","schedule":"ring","p":2,"bytes":1048576,"alpha_s":...,"beta_s_per_byte":...,
-//    "measured_s":...,"predicted_network_s":...,"predicted_s":...,"error_network":...,"error":...}
+// single switch with the alpha, beta and gamma measured there as automatic's calibration measures them
+// (simulate_calibrate.hpp), and prints the measured time per call (back-to-back calls, slowest rank, median of 7
+// rounds) and two predictions with their relative errors: the network model alone, and with the combines charged
+// at gamma (simulated_options::combine_s_per_byte):
+//   {"bench":"simulate_vs_local","schedule":"ring","p":2,"bytes":1048576,"calls":64,"alpha_s":...,
+//    "beta_s_per_byte":...,"gamma_s_per_byte":...,"measured_s":...,"predicted_network_s":...,"predicted_s":...,
+//    "error_network":...,"error":...}
 
 #include <CLI/CLI.hpp>
 
@@ -58,6 +59,7 @@
 #include "hitch/compress/randomk.hpp"
 #include "hitch/compress/terngrad.hpp"
 #include "hitch/compress/topk.hpp"
+#include "simulate_calibrate.hpp"
 #include "simulate_step.hpp"
 
 namespace {
@@ -229,108 +231,6 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
     std::fflush(stdout);
 }
 
-/// alpha and beta of comm::local's message path on this machine: a line through the one-way times (half the round
-/// trip, median of 21) of ping-pongs between two threads, 256 bytes to 16 MiB, fitted by least relative squares
-/// (each size weighs the same, so the small ones decide alpha and the large ones beta).
-hitch::cost_constants fit_local_constants() {
-    std::vector<double> sizes, times;
-    for (std::size_t bytes = 256; bytes <= (std::size_t{16} << 20); bytes *= 4) {
-        const auto t = hitch::comm::run_local(2, [&](hitch::comm::local& comm) {
-            std::vector<std::byte> buf(bytes, std::byte{1});
-            std::vector<double> runs;
-            for (int i = 0; i < 22; ++i) {
-                comm.barrier();
-                const auto start = std::chrono::steady_clock::now();
-                if (comm.rank() == 0) {
-                    comm.send(std::span<const std::byte>(buf), 1, 0);
-                    comm.recv(std::span<std::byte>(buf), 1, 0);
-                } else {
-                    comm.recv(std::span<std::byte>(buf), 0, 0);
-                    comm.send(std::span<const std::byte>(buf), 0, 0);
-                }
-                runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 2);
-            }
-            std::sort(runs.begin() + 1, runs.end());  // the first is a warm-up
-            return runs[11];
-        });
-        sizes.push_back(static_cast<double>(bytes));
-        times.push_back(t[0]);
-    }
-    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;  // weights 1 / t^2: relative errors
-    for (std::size_t i = 0; i < sizes.size(); ++i) {
-        const double w = 1.0 / (times[i] * times[i]);
-        sw += w;
-        sx += w * sizes[i];
-        sy += w * times[i];
-        sxx += w * sizes[i] * sizes[i];
-        sxy += w * sizes[i] * times[i];
-    }
-    hitch::cost_constants k;
-    k.beta_s_per_byte = std::max(1e-13, (sw * sxy - sx * sy) / (sw * sxx - sx * sx));
-    k.alpha_s = std::max(1e-9, (sy - k.beta_s_per_byte * sx) / sw);
-    return k;
-}
-
-/// The same schedule on comm::local (threads of this process, the message path) and on a single switch with the
-/// alpha and beta fitted there, the schedule's own work (combining) charged as measured on this machine
-/// (simulated_options::host_time_scale = 1): how far the simulator's prediction is from a real run.
-template <class Schedule>
-void compare_local(const std::string& name, const Schedule& schedule, int p, std::size_t bytes,
-                   const hitch::cost_constants& k) {
-    const std::size_t count = bytes / sizeof(float);
-    constexpr int runs = 31;
-    ar::call_options o;
-    o.check = false;
-    o.shared_memory = false;  // messages, as between machines
-    const auto measured = hitch::comm::run_local(p, [&](hitch::comm::local& comm) {
-        ar::group g(comm);
-        std::vector<float> data(count, 1.0f);
-        std::vector<double> times;
-        for (int i = 0; i < runs + 1; ++i) {
-            comm.barrier();
-            const auto start = std::chrono::steady_clock::now();
-            ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
-            times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        }
-        std::sort(times.begin() + 1, times.end());  // the first run is a warm-up
-        return times[1 + runs / 2];
-    });
-    const double real = *std::max_element(measured.begin(), measured.end());
-    const auto net = hitch::comm::simulated_network::single_switch({k.alpha_s, 1.0 / k.beta_s_per_byte});
-    std::vector<double> predictions;
-    for (const double scale : {0.0, 1.0}) {
-        hitch::comm::simulated_options options;
-        options.host_time_scale = scale;
-        std::vector<double> repeats;
-        for (int i = 0; i < (scale > 0 ? 9 : 1); ++i) {
-            const auto ends = hitch::comm::run_simulated(
-                p, net,
-                [&](simulated& comm) {
-                    ar::group g(comm);
-                    std::vector<float> data(count, 1.0f);
-                    // A warm-up call, as on comm::local (first-touch of buffers and scratch), then the timed one.
-                    comm.advance_to(hitch::seconds_f(1.0));
-                    ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
-                    comm.advance_to(hitch::seconds_f(2.0));
-                    ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
-                    return comm.virtual_time().count() - 2.0;
-                },
-                options);
-            repeats.push_back(*std::max_element(ends.begin(), ends.end()));
-        }
-        std::sort(repeats.begin(), repeats.end());
-        predictions.push_back(repeats[repeats.size() / 2]);
-    }
-    std::printf(
-        "{\"bench\":\"simulate_vs_local\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,\"alpha_s\":%.4g,"
-        "\"beta_s_per_byte\":%.4g,\"measured_s\":%.6g,\"predicted_network_s\":%.6g,\"predicted_s\":%.6g,"
-        "\"error_network\":%.3f,\"error\":%.3f}\n",
-        name.c_str(), p, bytes, k.alpha_s, k.beta_s_per_byte, real, predictions[0], predictions[1],
-        predictions[0] / real - 1, predictions[1] / real - 1);
-    std::fflush(stdout);
-}
-
-/// Runs `f(codec)` with the compressor named `name` (its default options).
 template <class F>
 void with_codec(const std::string& name, F&& f) {
     namespace cx = hitch::compress;
@@ -462,11 +362,14 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     try {
         if (versus_local) {
-            const hitch::cost_constants k = fit_local_constants();
-            for (std::size_t bytes : s.bytes)
+            for (std::size_t bytes : s.bytes) {
+                const hitch::cost_constants k = hitch_bench::measure_local_constants(bytes / 2);
                 for (int p : s.ranks)
                     for (const auto& name : s.schedules)
-                        with_schedule(name, [&](const auto& schedule) { compare_local(name, schedule, p, bytes, k); });
+                        with_schedule(name, [&](const auto& schedule) {
+                            hitch_bench::compare_local(name, schedule, p, bytes, k);
+                        });
+            }
             return 0;
         }
         const auto net = network_of(s);

@@ -62,6 +62,11 @@ if [[ $plots_only -eq 0 ]]; then
       --intra-gbit 160 --intra-latency-us 5 --ranks 16 --schedule automatic \
       --compressor none,fp16,bf16,onebit,qsgd,terngrad,topk,randomk
   done
+  # Against real runs on this machine (comm::local, threads): three runs, docs/scaling.md gives their medians.
+  for i in 1 2 3; do
+    run "compare_local_$i" --compare-local --ranks 2,3,4 --bytes 65536,1048576,16777216 \
+      --schedule ring,recursive_doubling,rabenseifner
+  done
   # Stragglers: the last rank computes 2x slower; hitch::data_parallel with each policy.
   for p in 64 256; do
     run "stragglers_$p" --model uniform:1000000 --compute-ms 50 --engine data_parallel --switching buffered \

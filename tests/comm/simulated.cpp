@@ -54,17 +54,21 @@ float input(int rank, std::size_t i) {
 /// Virtual seconds one all-reduce of n floats takes from t0 until the last rank has the result; with `even`, every
 /// rank must end at that time.
 template <class Schedule>
-double allreduce_time(int p, std::size_t n, const Schedule& schedule, bool even = true) {
-    const auto times = run_simulated(p, net, [&](simulated& comm) {
-        ar::group g(comm);
-        std::vector<float> data(n, 1.0f);
-        ar::call_options o;
-        o.check = false;
-        start_at(comm, t0);
-        ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
-        expect(data[n / 2] == static_cast<float>(comm.size()), "sum of ones");
-        return comm.virtual_time().count() - t0;
-    });
+double allreduce_time(int p, std::size_t n, const Schedule& schedule, bool even = true,
+                      const simulated_options& options = {}) {
+    const auto times = run_simulated(
+        p, net,
+        [&](simulated& comm) {
+            ar::group g(comm);
+            std::vector<float> data(n, 1.0f);
+            ar::call_options o;
+            o.check = false;
+            start_at(comm, t0);
+            ar::allreduce(g, hitch::view(data), ar::reduce_op::sum, schedule, o);
+            expect(data[n / 2] == static_cast<float>(comm.size()), "sum of ones");
+            return comm.virtual_time().count() - t0;
+        },
+        options);
     if (even)
         for (double t : times) expect(same_time(t, times.front()), "every rank ends at the same virtual time");
     return *std::max_element(times.begin(), times.end());
@@ -175,6 +179,43 @@ TEST_CASE("comm::simulated: recursive doubling and Rabenseifner match their form
     // p = 3, worked through: 0 folds into 1 while 2 already sends its round to 1; the two share 1's down link, so
     // 1 has both at n beta + step, and its result reaches 0 one step later.
     CHECK(same_time(allreduce_time(3, count, ar::recursive_doubling{}, false), n * beta + 2 * step));
+}
+
+TEST_CASE("comm::simulated: with gamma, the schedules match their alpha-beta-gamma formulas", "[comm][simulated]") {
+    // 25 ps a byte combined: a quarter of beta, and whole picoseconds for every chunk below.
+    constexpr double gamma = 2.5e-11;
+    simulated_options options;
+    options.combine_s_per_byte = gamma;
+    for (int p : {2, 4, 8}) {
+        CAPTURE(p);
+        const double lg = std::log2(p);
+        const std::size_t count = static_cast<std::size_t>(p) * 1000;
+        const double n = static_cast<double>(count * sizeof(float));
+        // Each rank combines what it receives once: (p - 1)/p n in the ring and Rabenseifner, n a round in
+        // recursive doubling (Thakur, Rabenseifner and Gropp 2005).
+        const double ring = allreduce_time(p, count, ar::ring{}, true, options);
+        CHECK(same_time(ring, 2 * (p - 1) * alpha + 2.0 * (p - 1) / p * n * beta + (p - 1.0) / p * n * gamma));
+        const double rd = allreduce_time(p, count, ar::recursive_doubling{}, true, options);
+        CHECK(same_time(rd, lg * (alpha + n * beta + n * gamma)));
+        const double rab = allreduce_time(p, count, ar::rabenseifner{}, true, options);
+        CHECK(same_time(rab, 2 * lg * alpha + 2.0 * (p - 1) / p * n * beta + (p - 1.0) / p * n * gamma));
+    }
+    // A rank three times slower combines three times slower; a combine draws no injected stall; gamma out of
+    // range is refused.
+    options.faults.slow.push_back({1, 3.0});
+    options.faults.delays.push_back({-1, 1.0, 1e-3, 2.0, 7});  // every compute step stalls; combines do not
+    const auto spent = run_simulated(
+        2, net,
+        [](simulated& comm) {
+            comm.charge_combine(4000);
+            return comm.virtual_time().count();
+        },
+        options);
+    CHECK(same_time(spent[0], 4000 * gamma));
+    CHECK(same_time(spent[1], 3 * 4000 * gamma));
+    simulated_options bad;
+    bad.combine_s_per_byte = -1.0;
+    CHECK_THROWS_WITH(run_simulated(2, net, [](simulated&) {}, bad), Catch::Contains("combine_s_per_byte"));
 }
 
 TEST_CASE("comm::simulated: results equal comm::local's bit for bit", "[comm][simulated]") {

@@ -156,6 +156,7 @@ public:
                     sources[static_cast<std::size_t>(q)] = row[static_cast<std::size_t>(q)].data();
                 }
                 combine_many(mine.data(), sources.data(), static_cast<std::size_t>(p), mine.size(), op, p);
+                detail::charge_combine(t.comm(), static_cast<std::size_t>(p - 1) * mine.size_bytes());
                 for (int q = 0; q < p; ++q) {
                     if (q == me) continue;
                     auto& in = row[static_cast<std::size_t>(q)];

@@ -162,6 +162,7 @@ public:
                 in.wait(t.limit());
                 T* dst = acc.data() + b.offset;
                 combine(dst, in.data(), mine.data(), b.count, op, v == 0 ? p : 1);
+                detail::charge_combine(t.comm(), b.count * sizeof(T));
                 in.release();
                 if (j + window.size() < count) post(j + window.size());
                 mine = std::span<const T>(dst, b.count);

@@ -459,6 +459,7 @@ private:
                 // back once it has taken ours (waiting before reading would deadlock the two).
                 T* aside = slot(j).data();
                 detail::combine_into(aside, r.data(), dst.data(), dst.size(), spec);
+                detail::charge_combine(comm(), dst.size_bytes());
                 r.release();
                 if (j < sends.size()) sends[j].wait(limit_);
                 std::memcpy(dst.data(), aside, dst.size_bytes());
@@ -466,6 +467,7 @@ private:
                 // Messages: once our segment has left, it can be overwritten in place.
                 if (j < sends.size()) sends[j].wait(limit_);
                 detail::combine_into(dst.data(), r.data(), dst.data(), dst.size(), spec);
+                detail::charge_combine(comm(), dst.size_bytes());
                 r.release();
             }
             if (j + window < count) post(j + window);

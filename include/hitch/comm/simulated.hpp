@@ -199,20 +199,15 @@ public:
     /// Spends `t` of computation: the clock moves by t (times the rank's slow factor, plus any injected stall).
     void compute(seconds_f t) {
         option_validator("hitch::comm::simulated::compute").closed("seconds", t.count(), 0.0, 1e9);
-        const int w = world_rank();
-        detail::sim_process& me = world_->caller(w);
-        detail::sim_rank& r = world_->rank(w);
-        world_->check_alive(me);
-        me.failed_polls = 0;
-        const vtime from = me.now;
-        const vtime dt = to_vtime(t.count() * r.slow) + world_->stall_after_compute(w);
-        const vtime to = std::min(from + dt, r.dies_at);
-        r.busy += to - from;
-        world_->set_now(me, to);
-        if (world_->options.record_timeline && to > from)
-            r.timeline.push_back({"compute", to_seconds(from), to_seconds(to), -1, me.thread});
-        world_->check_alive(me);
-        world_->yield(me);
+        spend(t.count(), true, "compute");
+    }
+
+    /// Charges the combining of `bytes` of received data into this rank's own (the schedules call it after each
+    /// combine): simulated_options::combine_s_per_byte (gamma) times bytes, as computation slowed by the rank's
+    /// slow factor but drawing no injected stall. Nothing at all while gamma is 0.
+    void charge_combine(std::size_t bytes) {
+        const double gamma = world_->options.combine_s_per_byte;
+        if (gamma > 0.0 && bytes > 0) spend(gamma * static_cast<double>(bytes), false, "combine");
     }
 
     /// Runs f() and spends its wall time times `scale` as compute: a step measured on this machine and scaled to
@@ -382,6 +377,24 @@ public:
     }
 
 private:
+    /// Moves the calling thread's clock by `seconds` times the rank's slow factor (plus an injected stall for a
+    /// compute step), as busy time, recorded under `what`.
+    void spend(double seconds, bool may_stall, const char* what) {
+        const int w = world_rank();
+        detail::sim_process& me = world_->caller(w);
+        detail::sim_rank& r = world_->rank(w);
+        world_->check_alive(me);
+        me.failed_polls = 0;
+        const vtime from = me.now;
+        const vtime dt = to_vtime(seconds * r.slow) + (may_stall ? world_->stall_after_compute(w) : vtime{0});
+        const vtime to = std::min(from + dt, r.dies_at);
+        r.busy += to - from;
+        world_->set_now(me, to);
+        if (world_->options.record_timeline && to > from)
+            r.timeline.push_back({what, to_seconds(from), to_seconds(to), -1, me.thread});
+        world_->check_alive(me);
+        world_->yield(me);
+    }
     friend struct detail::simulated_access;
     static constexpr int split_tag = 1 << 20;
 

@@ -189,6 +189,7 @@ void run_trees(transport<C>& t, std::span<tree_part<T>> parts, reduce_op op, boo
                         T* dst = s.acc.data() + b.offset;
                         combine_many(dst, sources.data(), static_cast<std::size_t>(node.child_count) + 1, b.count, op,
                                      node.parent < 0 ? p : 1);
+                        charge_combine(t.comm(), static_cast<std::size_t>(node.child_count) * b.count * sizeof(T));
                         for (int c = 0; c < node.child_count; ++c)
                             s.from_child[static_cast<std::size_t>(c)][k].release();
                         mine = dst;

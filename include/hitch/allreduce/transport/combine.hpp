@@ -1,5 +1,6 @@
 #pragma once
-// How a received segment meets the receiver's own: dst = op(theirs, mine) or op(mine, theirs) per combine_spec.
+// How a received segment meets the receiver's own: dst = op(theirs, mine) or op(mine, theirs) per combine_spec,
+// and how a communicator that models time hears of it (charge_combine).
 
 #include <cstddef>
 
@@ -15,6 +16,13 @@ void combine_into(T* dst, const T* theirs, const T* mine, std::size_t n, const c
         combine(dst, theirs, mine, n, spec.op, spec.divisor);
     else
         combine(dst, mine, theirs, n, spec.op, spec.divisor);
+}
+
+/// Tells a communicator that models time (comm::simulated, its gamma) that `bytes` of received data were just
+/// combined into this rank's own; every other communicator has nothing to count.
+template <class C>
+void charge_combine(C& comm, std::size_t bytes) {
+    if constexpr (requires { comm.charge_combine(bytes); }) comm.charge_combine(bytes);
 }
 
 /// The staged path's combination of one piece into its place in the receiver's buffer (a detail::piece_combiner).

@@ -83,12 +83,14 @@ public:
                     detail::combine_into(combine_dst_, data_, combine_dst_, count_, spec_);
                     data_ = combine_dst_;
                     release();
+                    detail::charge_combine(*comm_, count_ * sizeof(T));
                 }
             }
         }
         std::optional<request_type> request_;
         const T* data_ = nullptr;
         T* combine_dst_ = nullptr;
+        C* comm_ = nullptr;  // a combining receive's, told of the combine
         combine_spec spec_{};
         std::chrono::nanoseconds spin_{0};
         std::size_t count_ = 0;
@@ -123,6 +125,7 @@ public:
                                               const combine_spec& spec, std::span<T> slot) {
         incoming<T> op = receive<T>(peer, channel, tag, dst.size(), slot);
         op.combine_dst_ = dst.data();
+        op.comm_ = &comm_;
         op.spec_ = spec;
         return op;
     }

@@ -49,7 +49,8 @@ public:
 
 /// A span of one rank's virtual time, for a timeline (simulated_options::record_timeline).
 struct simulated_event {
-    const char* name = "";  // compute, host (simulated_options::host_time_scale), wait, poll, probe, idle or join
+    const char* name =
+        "";  // compute, combine, host (simulated_options::host_time_scale), wait, poll, probe, idle or join
     double begin_s = 0;
     double end_s = 0;
     int peer = -1;   // the rank waited for, where one is
@@ -73,6 +74,10 @@ struct simulated_options {
     /// on this machine, where the network model alone charges none of it. 0 (the default): not charged, and virtual
     /// times repeat exactly; > 0: they depend on this machine and its load (a calibration against real runs).
     double host_time_scale = 0.0;
+    /// gamma of the alpha-beta-gamma model: seconds each byte of received data costs to combine into a rank's own
+    /// (a schedule's reduction), charged as compute where the schedule combines (simulated::charge_combine).
+    /// 0 (the default): combining is free, as in the alpha-beta formulas. Deterministic, unlike host_time_scale.
+    double combine_s_per_byte = 0.0;
     /// Stack of each simulated thread (reserved address space; memory is used only as deep as a thread goes).
     std::size_t stack_bytes = std::size_t{4} << 20;
 
@@ -80,6 +85,7 @@ struct simulated_options {
         option_validator("hitch::comm::simulated_options")
             .open_closed("timeout_s", timeout_s, 0.0, 1e9)
             .closed("host_time_scale", host_time_scale, 0.0, 1e6)
+            .closed("combine_s_per_byte", combine_s_per_byte, 0.0, 1e-3)
             .closed("stack_bytes", stack_bytes, std::size_t{64} << 10, std::size_t{1} << 30);
         faults.validate(ranks);
     }
