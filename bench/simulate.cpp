@@ -16,7 +16,9 @@
 // gradients are all-reduced after the backward pass, without overlap). bytes_per_rank is the mean sent per rank
 // (the group's setup, a few bytes, included); bytes_across_nodes_per_rank is what left the nodes through their NICs
 // (topology nodes; 0 on the others), divided by p. ran is the schedule that carried the timed call (automatic: the
-// one it picked, automatic::chosen).
+// one it picked, automatic::chosen). automatic_model is automatic given the network's alpha and beta as its constants
+// and no re-ranking: it chooses by its models without measuring, which is affordable at any p; automatic_rerank is
+// the same re-ranking online from its own calls' times, timed after 32 calls.
 // The results are checked on every rank against the exact sum, except with --timing-only (every rank works in one
 // buffer, messages from it carry no bytes: for sizes whose copies per rank would not fit in memory).
 //
@@ -119,9 +121,34 @@ hitch::comm::simulated_network network_of(const settings& s) {
     return net;
 }
 
-/// Runs `f(schedule)` with the schedule named `name`.
+/// The network's constants as the schedules' models take them: alpha and beta of a rank's link, and on --topology
+/// nodes the fabric's inside a machine with the nic's between machines; no combining (gamma 0, which the
+/// simulator does not charge here).
+hitch::cost_constants model_constants(const settings& s) {
+    hitch::cost_constants k{s.latency_us * 1e-6, 8.0 / (s.gbit * 1e9), 0.0};
+    if (s.topology == "nodes") {
+        k.inter_alpha_s = k.alpha_s;
+        k.inter_beta_s_per_byte = k.beta_s_per_byte;
+        k.alpha_s = s.intra_latency_us * 1e-6;
+        k.beta_s_per_byte = 8.0 / (s.intra_gbit * 1e9);
+    }
+    return k;
+}
+
+/// Runs `f(schedule)` with the schedule named `name`. automatic_model is automatic given the network's constants
+/// (automatic::options_type::constants) without re-ranking: it measures nothing and chooses by its models alone.
 template <class F>
-void with_schedule(const std::string& name, F&& f) {
+void with_schedule(const std::string& name, F&& f, const settings* s = nullptr) {
+    if ((name == "automatic_model" || name == "automatic_rerank") && s != nullptr) {
+        ar::automatic::options_type o;
+        o.constants = model_constants(*s);
+        o.constants->gamma_s_per_byte = 1e-15;  // a constant must be positive; this one changes nothing
+        // automatic_model: the model's pick on every call; automatic_rerank: the pick its online ranking has
+        // settled on after settle_calls calls (run_one), from the model's pick and first tries of the runners-up.
+        o.rerank = name == "automatic_rerank";
+        return f(ar::automatic{o});
+    }
+    if (name == "parameter_server") return f(ar::parameter_server{});
     if (name == "ring") return f(ar::ring{});
     if (name == "recursive_doubling") return f(ar::recursive_doubling{});
     if (name == "rabenseifner") return f(ar::rabenseifner{});
@@ -132,7 +159,8 @@ void with_schedule(const std::string& name, F&& f) {
     if (name == "automatic") return f(ar::automatic{});
     throw hitch::config_error("hitch-simulate: --schedule " + name +
                               " is not one of ring, recursive_doubling, rabenseifner, binary_tree, "
-                              "double_binary_tree, hierarchical, hierarchical_rabenseifner, automatic");
+                              "double_binary_tree, parameter_server, hierarchical, hierarchical_rabenseifner, "
+                              "automatic, automatic_model, automatic_rerank");
 }
 
 /// automatic, reporting the schedule its last call on rank 0 ran (automatic::chosen): a schedule in its own right.
@@ -163,6 +191,9 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
     // After the group's setup, on an idle network; automatic first calibrates (its first call, timed apart).
     constexpr bool calibrates = std::is_same_v<Schedule, ar::automatic>;
     const double start_s = calibrates ? 1000.0 : 1.0;
+    // automatic_rerank: calls before the timed one, for its online ranking to try the runners-up and settle.
+    constexpr int settle_calls = 32;
+    const int settle = name == "automatic_rerank" ? settle_calls : 0;
     const auto wall_start = std::chrono::steady_clock::now();
     reporting_automatic reporting;  // automatic's runs, to name the schedule it took
     if constexpr (calibrates) reporting.inner = schedule;
@@ -183,7 +214,7 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
             o.check = false;
             if constexpr (calibrates) {
                 comm.advance_to(hitch::seconds_f(1.0));
-                ar::allreduce(g, data, ar::reduce_op::sum, reporting, o);
+                for (int c = 0; c <= settle; ++c) ar::allreduce(g, data, ar::reduce_op::sum, reporting, o);
                 if (!s.timing_only) std::fill(own.begin(), own.end(), static_cast<float>(comm.rank() % 4));
             }
             comm.advance_to(hitch::seconds_f(start_s));
@@ -209,16 +240,10 @@ void run_one(const settings& s, const hitch::comm::simulated_network& net, const
     for (const auto& l : report.links)  // what left each node through its NIC (topology nodes)
         if (l.name.ends_with(" nic up")) across += static_cast<double>(l.bytes);
     const double step = last - start_s;
-    hitch::cost_constants k{s.latency_us * 1e-6, 8.0 / (s.gbit * 1e9), 0.0};
+    const hitch::cost_constants k = model_constants(s);
     hitch::node_layout layout;
     for (int r = 0; r < p; ++r) layout.node_of_rank.push_back(s.topology == "nodes" ? r / s.ranks_per_node : r);
     layout.nodes = layout.node_of_rank.back() + 1;
-    if (s.topology == "nodes") {
-        k.inter_alpha_s = k.alpha_s;
-        k.inter_beta_s_per_byte = k.beta_s_per_byte;
-        k.alpha_s = s.intra_latency_us * 1e-6;
-        k.beta_s_per_byte = 8.0 / (s.intra_gbit * 1e9);
-    }
     const double model = ar::cost_on(schedule, ar::level_shape::of(layout), bytes, k).seconds(k);
     std::printf(
         "{\"bench\":\"simulate\",\"topology\":\"%s\",\"switching\":\"%s\",\"schedule\":\"%s\",\"p\":%d,\"bytes\":%zu,"
@@ -334,7 +359,12 @@ int main(int argc, char** argv) {
     app.add_option("--intra-gbit", s.intra_gbit, "nodes: each rank's bandwidth inside a machine, Gbit/s");
     app.add_option("--ranks", s.ranks, "world sizes")->delimiter(',');
     app.add_option("--bytes", s.bytes, "buffer sizes in bytes")->delimiter(',');
-    app.add_option("--schedule", s.schedules, "schedules")->delimiter(',');
+    app.add_option("--schedule", s.schedules,
+                   "schedules: ring, recursive_doubling, rabenseifner, binary_tree, double_binary_tree, "
+                   "parameter_server, hierarchical, hierarchical_rabenseifner, automatic (calibrates on the "
+                   "simulated network), automatic_model (given the network's constants, measures nothing), "
+                   "automatic_rerank (the same, re-ranking online; timed after 32 calls)")
+        ->delimiter(',');
     app.add_option("--compute-ms", s.compute_ms, "compute per step before the all-reduce, ms");
     app.add_flag("--timing-only", s.timing_only,
                  "schedules: one buffer shared by every rank, messages from it carry no bytes, sums unchecked");
@@ -380,7 +410,7 @@ int main(int argc, char** argv) {
         for (std::size_t bytes : s.bytes)
             for (int p : s.ranks)
                 for (const auto& name : s.schedules)
-                    with_schedule(name, [&](const auto& schedule) { run_one(s, net, name, schedule, p, bytes); });
+                    with_schedule(name, [&](const auto& schedule) { run_one(s, net, name, schedule, p, bytes); }, &s);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "hitch-simulate: %s\n", e.what());
         return 1;

@@ -62,6 +62,15 @@ if [[ $plots_only -eq 0 ]]; then
       --intra-gbit 160 --intra-latency-us 5 --ranks 16 --schedule automatic \
       --compressor none,fp16,bf16,onebit,qsgd,terngrad,topk,randomk
   done
+  # automatic's model (given the network's constants, no calibration) at 64 to 1,024 ranks.
+  S2=(--timing-only --schedule
+      automatic_model,ring,recursive_doubling,rabenseifner,binary_tree,double_binary_tree,parameter_server,hierarchical,hierarchical_rabenseifner)
+  run automatic_large_switch "${S2[@]}" --topology single_switch --latency-us 5 --gbit 100 \
+    --ranks 64,128,256,512,1024 --bytes 4096,65536,262144,1048576
+  run automatic_large_nodes "${S2[@]}" --topology nodes --ranks-per-node 8 --intra-gbit 1200 --intra-latency-us 2 \
+    --gbit 50 --latency-us 5 --ranks 64,256,1024 --bytes 4096,262144,4194304
+  run automatic_large_fat_tree "${S2[@]}" --topology fat_tree --ranks-per-leaf 16 --oversubscription 4 \
+    --latency-us 5 --gbit 100 --ranks 64,256,1024 --bytes 4096,262144,4194304
   # Against real runs on this machine (comm::local, threads): three runs, docs/scaling.md gives their medians.
   for i in 1 2 3; do
     run "compare_local_$i" --compare-local --ranks 2,3,4 --bytes 65536,1048576,16777216 \

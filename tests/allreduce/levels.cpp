@@ -193,7 +193,7 @@ TEST_CASE("the two-level cost model against hand computations", "[allreduce][lev
     // Three nodes of 4, 4 and 2 ranks.
     const node_layout layout{{0, 0, 0, 0, 1, 1, 1, 1, 2, 2}, 3};
     const level_shape shape = level_shape::of(layout);
-    CHECK(shape == level_shape{10, 3, 4});
+    CHECK(shape == level_shape{10, 3, 4, false});
     CHECK(shape.two_level());
     CHECK(!level_shape::one_node(10).two_level());
     CHECK(!level_shape::of(node_layout{{0, 1, 2}, 3}).two_level());
@@ -218,6 +218,24 @@ TEST_CASE("the two-level cost model against hand computations", "[allreduce][lev
     CHECK(cost_on(ring{}, shape, bytes, k).seconds(k) == Approx(18 * A + 1.8 * n * B + 0.9 * n * c));
     CHECK(cost_on(ring{}, level_shape::one_node(10), bytes, k).seconds(k) ==
           Approx(18 * a + 1.8 * n * b + 0.9 * n * c));
+    // Recursive doubling and rabenseifner pair every r with r ^ mask at once. On 2 nodes of 4 ranks numbered in
+    // blocks masks 1 and 2 stay inside the nodes; in the round of mask 4 the 4 ranks of a node cross through its
+    // nic together, 4 times a message's bytes. Rabenseifner's far round carries the large halves: n/2 each way.
+    const level_shape blocks = level_shape::of(node_layout{{0, 0, 0, 0, 1, 1, 1, 1}, 2});
+    CHECK(blocks.blocks);
+    CHECK(cost_on(recursive_doubling{}, blocks, bytes, k).seconds(k) ==
+          Approx(2 * (a + n * b) + (A + 4 * n * B) + 3 * n * c));
+    CHECK(cost_on(rabenseifner{}, blocks, bytes, k).seconds(k) ==
+          Approx(4 * a + 0.75 * n * b + 2 * A + 4 * n * B + 0.875 * n * c));
+    // Nodes not in blocks (ranks dealt out in turn): every round counted across, shared by 4, an upper bound; the
+    // 10 ranks above the same, recursive doubling's fold in and out included (5 rounds).
+    const level_shape dealt = level_shape::of(node_layout{{0, 1, 0, 1, 0, 1, 0, 1}, 2});
+    CHECK(!dealt.blocks);
+    CHECK(cost_on(recursive_doubling{}, dealt, bytes, k).seconds(k) == Approx(3 * (A + 4 * n * B) + 3 * n * c));
+    CHECK(cost_on(recursive_doubling{}, shape, bytes, k).seconds(k) == Approx(5 * (A + 4 * n * B) + 4 * n * c));
+    // One rank a node: every round crosses from one rank, as before.
+    CHECK(cost_on(recursive_doubling{}, level_shape::of(node_layout{{0, 1, 2, 3}, 4}), bytes, k).seconds(k) ==
+          Approx(2 * (A + n * B) + 2 * n * c));
     // Constants of one level (inter 0): the same seconds whatever the layout.
     const cost_constants flat{1e-6, 1e-9, 1e-10, -1, -1};
     CHECK(cost_on(ring{}, shape, bytes, flat).seconds(flat) == Approx(ring{}.cost(10, bytes, flat).seconds(flat)));

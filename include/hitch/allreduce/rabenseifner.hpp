@@ -97,6 +97,30 @@ public:
         c.sent_bytes = sent;
         return c;
     }
+    /// The same on ranks of several nodes (cost_on; allreduce/cost.hpp says why): the halving round with partner
+    /// r ^ mask sends n mask / p, and its doubling round as much back; with mask below a node's g ranks inside the
+    /// nodes, else across with g ranks sharing each nic. The far rounds, which cross, carry the large halves.
+    [[nodiscard]] cost_estimate cost(const level_shape& shape, std::size_t n_bytes, const cost_constants& k) const {
+        cost_estimate c = cost(shape.ranks, n_bytes, k);
+        const int p = shape.ranks;
+        if (shape.nodes <= 1 || c.latency_terms == 0) return c;
+        const double g = shape.largest_node;
+        if (detail::floor_pow2(p) != p || !shape.power_of_two_blocks()) return across_nodes(c, g);
+        const double n = static_cast<double>(n_bytes);
+        const double seg = static_cast<double>(options_.segment_bytes);
+        c.latency_terms = c.bandwidth_bytes = 0;
+        for (int mask = p / 2; mask >= 1; mask /= 2) {
+            const double m = n * mask / p;
+            if (shape.pairs_inside_nodes(mask)) {
+                c.latency_terms += 2 * detail::segments(m, seg);
+                c.bandwidth_bytes += 2 * m;
+            } else {
+                c.inter_latency_terms += 2 * detail::segments(m, seg);
+                c.inter_bandwidth_bytes += 2 * g * m;
+            }
+        }
+        return c;
+    }
 
     template <communicator C, floating_element T>
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {

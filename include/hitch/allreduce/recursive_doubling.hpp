@@ -65,6 +65,27 @@ public:
         c.sent_bytes = (rounds + (folded ? 1 : 0)) * n;
         return c;
     }
+    /// The same on ranks of several nodes (cost_on; allreduce/cost.hpp says why): the rounds with mask below a
+    /// node's g ranks inside the nodes, the others across with g ranks sharing each nic.
+    [[nodiscard]] cost_estimate cost(const level_shape& shape, std::size_t n_bytes, const cost_constants& k) const {
+        cost_estimate c = cost(shape.ranks, n_bytes, k);
+        if (shape.nodes <= 1 || c.latency_terms == 0) return c;
+        const double g = shape.largest_node;
+        if (detail::floor_pow2(shape.ranks) != shape.ranks || !shape.power_of_two_blocks()) return across_nodes(c, g);
+        const double n = static_cast<double>(n_bytes);
+        const double S = detail::segments(n, static_cast<double>(options_.segment_bytes));
+        c.latency_terms = c.bandwidth_bytes = 0;
+        for (int mask = 1; mask < shape.ranks; mask <<= 1) {
+            if (shape.pairs_inside_nodes(mask)) {
+                c.latency_terms += S;
+                c.bandwidth_bytes += n;
+            } else {
+                c.inter_latency_terms += S;
+                c.inter_bandwidth_bytes += g * n;
+            }
+        }
+        return c;
+    }
 
     template <communicator C, floating_element T>
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
