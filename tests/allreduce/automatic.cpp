@@ -606,6 +606,42 @@ TEST_CASE("one thread calling automatic on many groups in turn gets each group's
     for (bool b : ok) CHECK(b);
 }
 
+TEST_CASE("an online ranking weighs its first tries at once: the pick, the tries, the pick timed, a review",
+          "[allreduce][automatic][rerank]") {
+    using detail::online_ranking;
+    online_ranking::times predicted{};
+    predicted.fill(-1.0);  // not candidates here
+    predicted[0] = 5.0;    // the model's pick
+    predicted[2] = 12.0;   // within 4x of it: a first try
+    predicted[1] = 8.0;    // the same, tried first (the cheaper)
+    predicted[3] = 30.0;   // beyond 4x: never a first try
+    online_ranking r(predicted, 0);
+    const detail::rerank_settings settings{};
+    // A first review that waited long for its ranks makes the next window as long as allowed.
+    auto step = r.plan(settings);
+    CHECK(step.pick == 0);
+    REQUIRE(step.review);
+    detail::review_summary first{};
+    first.median[0] = 20.0;  // the model is 4x off for its pick
+    first.agreement_s = 100.0;
+    r.review(first, settings, 100.0);
+    CHECK(r.view().review_every == settings.max_review_calls);
+    // The tries, cheapest first, then the pick once more, timed, and the window ends there.
+    step = r.plan(settings);
+    CHECK((step.pick == 1 && step.timed && !step.review));
+    r.note(1, 9.0);
+    step = r.plan(settings);
+    CHECK((step.pick == 2 && step.timed && !step.review));
+    r.note(2, 11.0);
+    step = r.plan(settings);
+    CHECK((step.pick == 0 && step.timed && step.review));
+    r.note(0, 20.0);
+    r.review(r.summary(), settings, 1e-6);
+    // Candidate 1 (9) is faster than the pick (estimated 10, then 15 after its second window of 20, each window
+    // counted as at most twice the estimate): it becomes the pick, 4 calls after the first.
+    CHECK(r.view().current == 1);
+}
+
 TEST_CASE("an online ranking takes a faster window in full and a slower one damped and capped",
           "[allreduce][automatic][rerank]") {
     using detail::online_ranking;

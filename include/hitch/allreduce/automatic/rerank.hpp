@@ -65,14 +65,19 @@ public:
                          [&](int a, int b) { return predicted_[at(a)] < predicted_[at(b)]; });
     }
 
-    /// The candidate this call runs: the model's pick first, then a first try while any is left, else a
-    /// runner-up when the credit pays for it, else the current pick.
+    /// The candidate this call runs: the model's pick first, then a first try while any is left, then the current
+    /// pick once more, timed, ending the window (so the tries are weighed at once, not after a window as long as
+    /// an unlucky first review makes it), else a runner-up when the credit pays for it, else the current pick.
     [[nodiscard]] step plan(const rerank_settings& s) {
         int pick = current_;
+        bool weigh_tries = false;
         if (!started_) {
             started_ = true;
         } else if (next_try_ < first_tries_.size()) {
             pick = first_tries_[next_try_++];
+        } else if (!first_tries_.empty() && !tries_weighed_) {
+            tries_weighed_ = true;
+            weigh_tries = true;
         } else if (s.explore_fraction > 0) {
             credit_ += s.explore_fraction * estimate_[at(current_)];
             if (const int c = next_runner_up(); c >= 0) {
@@ -90,10 +95,10 @@ public:
         // Long windows (small calls) time a sample of the current pick's calls: reading the clock twice costs
         // ~40 ns, 4% of a 4 KiB all-reduce over comm::mpi.
         const int stride = std::max(1, review_every_ / tuning::rerank_window_samples);
-        const bool timed = pick != current_ || calls_in_window_ % stride == 0;
+        const bool timed = weigh_tries || pick != current_ || calls_in_window_ % stride == 0;
         last_ = pick;
         ++calls_in_window_;
-        return {pick, timed, calls_in_window_ >= review_every_};
+        return {pick, timed, weigh_tries || calls_in_window_ >= review_every_};
     }
 
     /// This rank's time of a run of candidate c in this window.
@@ -184,6 +189,7 @@ private:
     std::array<std::vector<double>, candidates> window_;
     std::vector<int> first_tries_;
     std::size_t next_try_ = 0;
+    bool tries_weighed_ = false;  // the review after the first tries has been planned
     bool started_ = false;
     int current_ = 0;
     int last_ = 0;
