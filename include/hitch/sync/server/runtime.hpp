@@ -310,8 +310,8 @@ private:
 
     C* comm_;
     server_shard<O, X, D> shard_;
-    std::list<outgoing> outgoing_;        // a list: the bytes of a pending send never move
-    std::vector<std::uint32_t> waiting_;  // per worker: wait_none, pull, or the marker it sent
+    std::list<outgoing> outgoing_;         // a list: the bytes of a pending send never move
+    std::vector<std::uint32_t> waiting_;   // per worker: wait_none, pull, or the marker it sent
     std::vector<std::size_t> answerable_;  // settle()'s pulls to answer now, in the order it answers them
     std::vector<std::string> markers_;
     std::vector<float> centre_;
