@@ -214,8 +214,15 @@ TEST_CASE("the two-level cost model against hand computations", "[allreduce][lev
     CHECK(hierarchical<ring, ring>(five).cost(layout, bytes, k).seconds(k) ==
           Approx(8 * a + 1.6 * n * b + 0.8 * n * c + 2 * A + n * B + 0.5 * n * c));
 
-    // A flat ring over the 10 ranks crosses nodes in every step: inter constants throughout.
-    CHECK(cost_on(ring{}, shape, bytes, k).seconds(k) == Approx(18 * A + 1.8 * n * B + 0.9 * n * c));
+    // A flat ring over the 10 ranks: a chunk crosses between nodes on 3 of every 10 hops (the nodes' ranks are
+    // contiguous), so 3/10 of its 18 hops' latency is between nodes; one rank per node sends across at a time, and
+    // its bytes go at the between-node beta.
+    CHECK(shape.contiguous);
+    CHECK(cost_on(ring{}, shape, bytes, k).seconds(k) == Approx(12.6 * a + 5.4 * A + 1.8 * n * B + 0.9 * n * c));
+    // Ranks dealt out to the nodes in turn: every hop crosses, and 4 ranks of a node share its nic (upper bound).
+    const level_shape turns = level_shape::of(node_layout{{0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, 3});
+    CHECK(!turns.contiguous);
+    CHECK(cost_on(ring{}, turns, bytes, k).seconds(k) == Approx(18 * A + 4 * 1.8 * n * B + 0.9 * n * c));
     CHECK(cost_on(ring{}, level_shape::one_node(10), bytes, k).seconds(k) ==
           Approx(18 * a + 1.8 * n * b + 0.9 * n * c));
     // Recursive doubling and rabenseifner pair every r with r ^ mask at once. On 2 nodes of 4 ranks numbered in
@@ -231,6 +238,7 @@ TEST_CASE("the two-level cost model against hand computations", "[allreduce][lev
     // 10 ranks above the same, recursive doubling's fold in and out included (5 rounds).
     const level_shape dealt = level_shape::of(node_layout{{0, 1, 0, 1, 0, 1, 0, 1}, 2});
     CHECK(!dealt.blocks);
+    CHECK(!dealt.contiguous);
     CHECK(cost_on(recursive_doubling{}, dealt, bytes, k).seconds(k) == Approx(3 * (A + 4 * n * B) + 3 * n * c));
     CHECK(cost_on(recursive_doubling{}, shape, bytes, k).seconds(k) == Approx(5 * (A + 4 * n * B) + 4 * n * c));
     // One rank a node: every round crosses from one rank, as before.

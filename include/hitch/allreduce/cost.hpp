@@ -18,11 +18,12 @@
 // on nodes of g ranks numbered in blocks (g a power of two) the rounds with mask < g stay inside the nodes, and in
 // each of the others all g ranks of a node cross through its nic together, g times a message's bytes at the
 // between-node beta (on simulated nodes of 8, rabenseifner of 4 MiB over 64 ranks: 9.42 ms of virtual time, 9.45
-// modelled so, 1.39 without the sharing; the ring, whose rounds cross from one rank per node, 1.33 against 1.95,
-// as its model charges every round the between-node latency).
-// On other layouts they count every round across nodes with that sharing, an upper bound. The trees and the
-// parameter server keep the rule above. automatic's measured profile corrects what remains. The communicator's own
-// all-reduce (native) keeps its measured fit.
+// modelled so, 1.39 without the sharing). On other layouts they count every round across nodes with that
+// sharing, an upper bound. The ring states its cost on a layout too: on nodes of contiguous ranks a chunk crosses
+// between nodes on N of every p hops and no round waits for another, so N/p of its latency is between nodes and
+// its bytes go at the between-node beta (1.62 ms modelled against 1.33 simulated there: its segments overlap
+// latency and bandwidth, which the model adds). The trees and the parameter server keep the rule above. automatic's
+// measured profile corrects what remains. The communicator's own all-reduce (native) keeps its measured fit.
 
 #include <algorithm>
 #include <cmath>
@@ -54,16 +55,18 @@ using hitch::cost_estimate;
     return c;
 }
 
-/// What the cost model needs of a node layout: the ranks, the nodes, the largest node, and whether the nodes are
-/// blocks (every node holds largest_node ranks, numbered one after the other: rank r on the (r / g)-th node).
+/// What the cost model needs of a node layout: the ranks, the nodes, the largest node, whether each node's ranks
+/// are numbered one after the other (contiguous), and whether the nodes are blocks besides (every node holds
+/// largest_node ranks: rank r on the (r / g)-th node).
 struct level_shape {
     int ranks = 1;
     int nodes = 1;
     int largest_node = 1;
     bool blocks = true;
+    bool contiguous = true;
 
     /// p ranks on one node (one level of network: what the schedules' cost(p, n, k) assumes).
-    [[nodiscard]] static level_shape one_node(int p) noexcept { return {p, 1, p, true}; }
+    [[nodiscard]] static level_shape one_node(int p) noexcept { return {p, 1, p, true, true}; }
     [[nodiscard]] static level_shape of(const node_layout& layout) {
         level_shape s;
         s.ranks = static_cast<int>(layout.node_of_rank.size());
@@ -72,10 +75,13 @@ struct level_shape {
         s.largest_node = 0;
         for (int node : layout.node_of_rank)
             s.largest_node = std::max(s.largest_node, ++per_node.at(std::size_t(node)));
+        // Contiguous: the node changes between neighbouring ranks exactly nodes - 1 times.
+        int changes = 0;
+        for (std::size_t r = 1; r < layout.node_of_rank.size(); ++r)
+            changes += layout.node_of_rank[r] != layout.node_of_rank[r - 1] ? 1 : 0;
+        s.contiguous = changes == std::max(s.nodes - 1, 0);
         const int g = std::max(s.largest_node, 1);
-        s.blocks = s.nodes * g == s.ranks;
-        for (std::size_t r = 0; s.blocks && r < layout.node_of_rank.size(); ++r)
-            s.blocks = layout.node_of_rank[r] == layout.node_of_rank[r / std::size_t(g) * std::size_t(g)];
+        s.blocks = s.contiguous && s.nodes * g == s.ranks;
         return s;
     }
     /// Ranks on more than one node, and more than one rank on some node: a schedule by node has two levels.

@@ -89,6 +89,22 @@ public:
         c.sent_bytes = sent;
         return c;
     }
+    /// The same on ranks of several nodes (cost_on; allreduce/cost.hpp): on nodes of contiguous ranks a chunk
+    /// crosses between nodes on `nodes` of every p hops, and the ring has no rounds that wait for each other (a
+    /// rank goes on when its own segment arrives), so its latency is the hops' mean, (p - nodes) alpha + nodes
+    /// alpha' per p; one rank per node sends across at a time, so the bytes go at the between-node beta. On
+    /// other layouts every hop counts across, g ranks of a node sharing its nic (an upper bound).
+    [[nodiscard]] cost_estimate cost(const level_shape& shape, std::size_t n_bytes, const cost_constants& k) const {
+        cost_estimate c = cost(shape.ranks, n_bytes, k);
+        if (shape.nodes <= 1 || c.latency_terms == 0) return c;
+        if (!shape.contiguous) return across_nodes(c, shape.largest_node);
+        const double crossing = static_cast<double>(shape.nodes) / shape.ranks;
+        c.inter_latency_terms = c.latency_terms * crossing;
+        c.latency_terms -= c.inter_latency_terms;
+        c.inter_bandwidth_bytes = c.bandwidth_bytes;
+        c.bandwidth_bytes = 0;
+        return c;
+    }
 
     template <communicator C, floating_element T>
     void run(transport<C>& t, std::span<T> data, reduce_op op) const {
