@@ -96,7 +96,8 @@ struct settings {
     std::vector<std::string> compressors{"none"};
     std::vector<std::string> policies{"hard"};
     double straggler = 1.0;
-    bool timing_only = false;  // schedules: one buffer shared by every rank, messages from it carry no bytes
+    std::string sharding = "layer";  // the parameter-server policies' shards: layer or range
+    bool timing_only = false;        // schedules: one buffer shared by every rank, messages from it carry no bytes
 };
 
 hitch::comm::simulated_network network_shape(const settings& s) {
@@ -291,6 +292,10 @@ void run_steps(const settings& s, const hitch::comm::simulated_network& net) {
     } else if (s.engine != "model") {
         throw hitch::config_error("hitch-simulate: --engine " + s.engine + " is not one of model, data_parallel");
     }
+    if (s.sharding == "range")
+        st.sharding = hitch::sync::shard_by::range;
+    else if (s.sharding != "layer")
+        throw hitch::config_error("hitch-simulate: --sharding " + s.sharding + " is not one of layer, range");
     using policy = hitch_bench::step_settings::policy_kind;
     const auto policy_of = [](const std::string& name) {
         if (name == "hard") return policy::hard;
@@ -322,14 +327,15 @@ void run_steps(const settings& s, const hitch::comm::simulated_network& net) {
                         if (first == 0) first = r.step_s;
                         std::printf(
                             "{\"bench\":\"simulate_step\",\"model\":\"%s\",\"engine\":\"%s\",\"topology\":\"%s\","
-                            "\"gbit\":%g,\"policy\":\"%s\",\"straggler\":%g,\"compressor\":\"%s\",\"schedule\":\"%s\","
+                            "\"gbit\":%g,\"policy\":\"%s\",\"straggler\":%g,\"sharding\":\"%s\",\"compressor\":\"%s\","
+                            "\"schedule\":\"%s\","
                             "\"p\":%d,\"bucket_bytes\":%zu,\"buckets\":%zu,\"overlap\":%s,\"jitter_cv\":%g,"
                             "\"compute_s\":%.9g,\"step_s\":%.9g,\"rank0_step_s\":%.9g,\"exposed_s\":%.9g,"
                             "\"efficiency\":%.6g,\"relative_efficiency\":%.6g,\"wall_s\":%.3f}\n",
                             s.model.c_str(), s.engine.c_str(), s.topology.c_str(), s.gbit, policy_name.c_str(),
-                            s.straggler, codec_name.c_str(), name.c_str(), p, st.bucket_bytes, r.buckets,
-                            st.overlap ? "true" : "false", st.jitter_cv, st.compute_s, r.step_s, r.rank0_step_s,
-                            r.exposed_s, st.compute_s / r.step_s, first / r.step_s, wall);
+                            s.straggler, s.sharding.c_str(), codec_name.c_str(), name.c_str(), p, st.bucket_bytes,
+                            r.buckets, st.overlap ? "true" : "false", st.jitter_cv, st.compute_s, r.step_s,
+                            r.rank0_step_s, r.exposed_s, st.compute_s / r.step_s, first / r.step_s, wall);
                         std::fflush(stdout);
                     };
                     if (codec_name == "none")
@@ -382,6 +388,9 @@ int main(int argc, char** argv) {
                    "(1 backup)")
         ->delimiter(',');
     app.add_option("--straggler", s.straggler, "--model: the last rank computes this many times slower");
+    app.add_option("--sharding", s.sharding,
+                   "--engine data_parallel, --policy ssp or backup_workers: the servers' shards, layer (whole layers, "
+                   "the default) or range (equal ranges of the parameters)");
     app.add_option("--jitter-cv", s.jitter_cv,
                    "--model: each rank's compute per step scaled by 1 + cv z (z standard normal, seeded)");
     app.add_option("--engine", s.engine,

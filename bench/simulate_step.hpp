@@ -60,6 +60,8 @@ struct step_settings {
     /// Each rank's compute in each step is scaled by 1 + jitter_cv z, z a standard normal drawn from (rank, step): the
     /// variation of step times a synchronous step waits for the slowest of (at least 0.5).
     double jitter_cv = 0.0;
+    /// The parameter-server policies' shards (ssp, backup_workers): whole layers (the default) or equal ranges.
+    hitch::sync::shard_by sharding = hitch::sync::shard_by::layer;
     /// Faults of the run (a straggler), and its timeout.
     hitch::comm::simulated_faults faults{};
     double timeout_s = 600.0;
@@ -196,8 +198,14 @@ rank_span data_parallel_rank(hitch::comm::simulated& comm, const step_settings& 
     using engine = hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, Sync, Schedule>;
     typename engine::options o;
     if constexpr (std::is_same_v<Sync, hitch::sync::local_sgd>) o.sync.period = 4;
-    if constexpr (std::is_same_v<Sync, hitch::sync::ssp>) o.sync.staleness_bound = 3;
-    if constexpr (std::is_same_v<Sync, hitch::sync::backup_workers>) o.sync.backups = 1;
+    if constexpr (std::is_same_v<Sync, hitch::sync::ssp>) {
+        o.sync.staleness_bound = 3;
+        o.sync.server.sharding = s.sharding;
+    }
+    if constexpr (std::is_same_v<Sync, hitch::sync::backup_workers>) {
+        o.sync.backups = 1;
+        o.sync.server.sharding = s.sharding;
+    }
     o.overlap = s.overlap;
     o.bucket_bytes = s.bucket_bytes;
     o.broadcast_parameters = false;  // a start from equal parameters, as the re-enactment's

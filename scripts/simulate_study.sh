@@ -86,6 +86,11 @@ if [[ $plots_only -eq 0 ]]; then
       --switching buffered --topology single_switch --gbit 10 --latency-us 10 --ranks "$p" --schedule ring --steps 17 \
       --policy hard,local_sgd,ssp,backup_workers
   done
+  # The parameter-server policies with shards cut by ranges instead of whole layers.
+  R=(--model uniform:1000000 --compute-ms 50 --engine data_parallel --switching buffered --topology single_switch
+     --gbit 10 --latency-us 10 --ranks 64,256 --schedule ring --steps 17 --policy ssp,backup_workers --sharding range)
+  run stragglers_range "${R[@]}" --straggler 2
+  run stragglers_range_none "${R[@]}"
 fi
 
 command -v gnuplot >/dev/null || { echo "simulate_study: gnuplot not found (apt-get install gnuplot)" >&2; exit 1; }

@@ -269,7 +269,12 @@ std::pair<std::string_view, double> model_argmin(const node_layout& layout, std:
         {double_binary_tree::name, cost_on(double_binary_tree{}, shape, n, k).seconds(k)},
         {parameter_server::name,
          cost_on(parameter_server(parameter_server::options_type{.servers = 1 << 20}), shape, n, k).seconds(k)}};
-    if (shape.two_level()) costs.emplace_back(hierarchical<>::name, hierarchical<>{}.cost(layout, n, k).seconds(k));
+    // automatic's two-level candidate: Rabenseifner between the leaders of a power-of-two number of nodes.
+    const bool halving = (layout.nodes & (layout.nodes - 1)) == 0;
+    if (shape.two_level())
+        costs.emplace_back(hierarchical<>::name,
+                           halving ? hierarchical<binary_tree, rabenseifner>{}.cost(layout, n, k).seconds(k)
+                                   : hierarchical<>{}.cost(layout, n, k).seconds(k));
     auto best = costs.front();
     for (const auto& c : costs)
         if (c.second < best.second) best = c;
