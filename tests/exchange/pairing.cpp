@@ -3,8 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <exception>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../compress/helpers.hpp"
@@ -165,17 +167,26 @@ exchange_kind ran(local& comm, const Codec& codec, const Schedule& schedule) {
 TEST_CASE("aggregate: the schedule shapes the exchange, and the stats say which ran", "[compress][pairing]") {
     const hc::error_feedback<hc::topk> topk(hc::topk({.density = 0.01}));
     const hc::qsgd qsgd;
-    hitch::comm::run_local(4, [&](local& comm) {
-        CHECK(ran(comm, topk, ar::ring{}) == exchange_kind::allgather_ring);
-        CHECK(ran(comm, topk, ar::recursive_doubling{}) == exchange_kind::sparse_recursive_doubling);
-        CHECK(ran(comm, topk, ar::hierarchical<>{}) == exchange_kind::sparse_hierarchical);
-        CHECK(ran(comm, qsgd, ar::ring{}) == exchange_kind::compressed_ring);
-        CHECK(ran(comm, qsgd, ar::rabenseifner{}) == exchange_kind::compressed_halving_doubling);
-        CHECK(ran(comm, qsgd, ar::hierarchical<>{}) == exchange_kind::compressed_hierarchical);
-        CHECK(ran(comm, hc::fp16{}, ar::binary_tree{}) == exchange_kind::allreduce);
-        CHECK(ran(comm, topk, shape_by_value{exchange_shape::recursive_doubling}) ==
-              exchange_kind::sparse_recursive_doubling);
+    // Each rank's exchanges are checked on this thread: Catch's assertions are not for several threads at once.
+    const auto per_rank = hitch::comm::run_local(4, [&](local& comm) {
+        return std::vector<exchange_kind>{ran(comm, topk, ar::ring{}),
+                                          ran(comm, topk, ar::recursive_doubling{}),
+                                          ran(comm, topk, ar::hierarchical<>{}),
+                                          ran(comm, qsgd, ar::ring{}),
+                                          ran(comm, qsgd, ar::rabenseifner{}),
+                                          ran(comm, qsgd, ar::hierarchical<>{}),
+                                          ran(comm, hc::fp16{}, ar::binary_tree{}),
+                                          ran(comm, topk, shape_by_value{exchange_shape::recursive_doubling})};
     });
+    const std::vector<exchange_kind> want{exchange_kind::allgather_ring,
+                                          exchange_kind::sparse_recursive_doubling,
+                                          exchange_kind::sparse_hierarchical,
+                                          exchange_kind::compressed_ring,
+                                          exchange_kind::compressed_halving_doubling,
+                                          exchange_kind::compressed_hierarchical,
+                                          exchange_kind::allreduce,
+                                          exchange_kind::sparse_recursive_doubling};
+    for (const auto& got : per_rank) CHECK(got == want);
 }
 
 TEST_CASE("aggregate: automatic runs the exchange the model says is cheapest, on every rank", "[compress][pairing]") {
@@ -192,16 +203,34 @@ TEST_CASE("aggregate: automatic runs the exchange the model says is cheapest, on
                 hc::cheapest_exchange(aggregation_path::allgather, ar::level_shape::one_node(p), 4099,
                                       static_cast<double>(codec.max_message_bytes(4099)), k);
             INFO("density " << density << ", " << p << " ranks: " << hc::name(want));
-            hitch::comm::run_local(p, [&](local& comm) { CHECK(ran(comm, codec, schedule) == want); });
+            // Each rank's answer is checked on this thread: Catch's assertions are not for several threads at once.
+            for (const exchange_kind got :
+                 hitch::comm::run_local(p, [&](local& comm) { return ran(comm, codec, schedule); }))
+                CHECK(got == want);
         }
     }
 }
 
 TEST_CASE("aggregate: a pairing refused at run time throws before anything is sent", "[compress][pairing]") {
     using Catch::Matchers::Contains;
-    hitch::comm::run_local(2, [&](local& comm) {
-        REQUIRE_THROWS_WITH(ran(comm, hc::qsgd{}, shape_by_value{exchange_shape::recursive_doubling}),
-                            Contains("the codec qsgd does not go with the schedule recursive_doubling"));
-        REQUIRE_THROWS_AS(ran(comm, hc::topk{}, shape_by_value{exchange_shape::none}), hitch::config_error);
+    // What each rank's call threw, checked on this thread (Catch's assertions are for one thread at a time).
+    const auto refusals = hitch::comm::run_local(2, [&](local& comm) {
+        const auto refusal = [](auto&& f) -> std::string {
+            try {
+                f();
+            } catch (const hitch::config_error& e) {
+                return std::string("config_error: ") + e.what();
+            } catch (const std::exception& e) {
+                return std::string("another error: ") + e.what();
+            }
+            return "no error";
+        };
+        return std::pair{
+            refusal([&] { (void)ran(comm, hc::qsgd{}, shape_by_value{exchange_shape::recursive_doubling}); }),
+            refusal([&] { (void)ran(comm, hc::topk{}, shape_by_value{exchange_shape::none}); })};
     });
+    for (const auto& [mismatched, none] : refusals) {
+        CHECK_THAT(mismatched, Contains("the codec qsgd does not go with the schedule recursive_doubling"));
+        CHECK_THAT(none, Catch::Matchers::StartsWith("config_error: "));
+    }
 }

@@ -247,9 +247,11 @@ private:
     }
     void settle() noexcept {
         if (!job_) return;
-        std::unique_lock lock(job_->m);
-        job_->cv.wait(lock, [&] { return job_->done; });
-        job_.reset();
+        // The job outlives the lock on its mutex: dropping the last reference inside the lock's scope would free
+        // the mutex before the lock releases it.
+        const std::shared_ptr<detail::job> j = std::move(job_);
+        std::unique_lock lock(j->m);
+        j->cv.wait(lock, [&] { return j->done; });
     }
     std::shared_ptr<detail::job> job_;
     seconds_f timeout_{};
