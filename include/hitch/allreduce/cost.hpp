@@ -26,6 +26,7 @@
 // measured profile corrects what remains. The communicator's own all-reduce (native) keeps its measured fit.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -89,7 +90,7 @@ struct level_shape {
     /// One node, or nodes that are blocks of a power-of-two g: a round between every rank r and r ^ mask at once
     /// (recursive doubling's and halving's rounds) then stays inside the nodes when mask < g, and crosses else.
     [[nodiscard]] bool power_of_two_blocks() const noexcept {
-        return nodes <= 1 || (blocks && largest_node > 0 && (largest_node & (largest_node - 1)) == 0);
+        return nodes <= 1 || (blocks && largest_node > 0 && std::has_single_bit(static_cast<unsigned>(largest_node)));
     }
     [[nodiscard]] bool pairs_inside_nodes(int mask) const noexcept {
         return nodes <= 1 || (power_of_two_blocks() && mask < largest_node);

@@ -6,6 +6,7 @@
 // rank on some node. The group's layout is read once, collectively, and kept in its state.
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -106,7 +107,7 @@ public:
     /// Whether the two-level candidate halves between the nodes' leaders on ranks of `shape`: a power-of-two
     /// number of nodes (more than one).
     [[nodiscard]] static bool leaders_halve(const level_shape& shape) noexcept {
-        return shape.nodes > 1 && (shape.nodes & (shape.nodes - 1)) == 0;
+        return shape.nodes > 1 && std::has_single_bit(static_cast<unsigned>(shape.nodes));
     }
 
     /// Calls f(index, schedule) for each candidate that runs on ranks of `shape` with constants k, in index order.
