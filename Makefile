@@ -1,10 +1,12 @@
 # hitch: the two commands.
 #   make demo   installs what the demo needs, builds the trainer alone, trains the Fashion-MNIST example on 2 MPI
 #               ranks
-#   make test   installs what is missing, builds everything buildable here, runs the whole test suite, then
-#               builds the thread-heavy test families with clang and runs them too, then a fast share of the
-#               sanitizer suites (test-sanitizers-fast)
-# Further targets: make test-clang (every test family with clang), make test-tsan (the thread-heavy families under
+#   make test   installs what is missing, builds everything buildable here, runs the whole test suite, then a fast
+#               share of the sanitizer suites (test-sanitizers-fast). Its share of the second compiler: the suite's
+#               header check compiles every public header with clang too, and the ThreadSanitizer share is built
+#               with clang.
+# Further targets: make test-clang-threads (the thread-heavy families built and run with clang), make test-clang
+# (every test family with clang), make test-tsan (the thread-heavy families under
 # ThreadSanitizer), make test-asan (the whole suite under AddressSanitizer and UndefinedBehaviorSanitizer), make
 # test-sanitizers-fast (make test's share of those two), make format / format-check (.clang-format).
 BUILD ?= build
@@ -16,8 +18,9 @@ CMAKE_ARGS ?=
 # GPU tests) and halves nvcc's time. Code of your own that uses hitch::cuda keeps CMake's default, 80;90.
 CUDA_ARCHS ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ' \
 	| grep -E '^[0-9]+$$' || echo 90)
-# The families whose tests run threads against each other: built a second time with clang by make test (the
-# lower layers; train and sync, whose tests take most of the build, run under clang in make test-clang).
+# The families whose tests run threads against each other, built a second time with clang by make
+# test-clang-threads (the lower layers; train and sync, whose tests take most of the build, run under clang in make
+# test-clang).
 CLANG_FAMILIES ?= core;parallel;comm;allreduce
 CLANG_EXAMPLES ?= OFF
 # The families make test-tsan builds with ThreadSanitizer (their tests of threads in one process: MPI's processes
@@ -74,7 +77,6 @@ test-clang-threads: deps
 	ctest --test-dir $(CLANG_BUILD) --output-on-failure -j $(JOBS)
 
 test: test-gcc
-	$(MAKE) test-clang-threads
 	$(MAKE) test-sanitizers-fast
 
 # Each entry of *_FAST_RUNS is "<family>/<program> [Catch2 filter]", run from the build's tests/ directory.
