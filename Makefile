@@ -8,7 +8,8 @@
 # Further targets: make test-clang-threads (the thread-heavy families built and run with clang), make test-clang
 # (every test family with clang), make test-tsan (the thread-heavy families under
 # ThreadSanitizer), make test-asan (the whole suite under AddressSanitizer and UndefinedBehaviorSanitizer), make
-# test-sanitizers-fast (make test's share of those two), make format / format-check (.clang-format).
+# test-sanitizers-fast (make test's share of those two), make check-headers (every header on its own with g++ and
+# clang), make format / format-check (.clang-format).
 BUILD ?= build
 CLANG_BUILD ?= build-clang
 JOBS ?= $(shell nproc)
@@ -46,7 +47,7 @@ ASAN_ENV = ASAN_OPTIONS="detect_leaks=1 abort_on_error=1" LSAN_OPTIONS="suppress
 	UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1" HITCH_TEST_TIME_SCALE=2
 
 .PHONY: all deps deps-demo configure configure-demo build test test-gcc test-clang-threads test-clang test-tsan \
-	test-asan test-sanitizers-fast demo format format-check clean
+	test-asan test-sanitizers-fast demo check-headers format format-check clean
 
 all: build
 
@@ -54,14 +55,17 @@ deps:
 	@scripts/install-deps.sh
 
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS) $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS) \
+	  -DHITCH_TRAINER_OPTIMIZE= $(CMAKE_ARGS)
 
 deps-demo:
 	@scripts/install-deps.sh --demo
 
-# The same build directory as make test's, so a later make test reuses what the demo built.
+# The same build directory as make test's, so a later make test reuses what the demo built (all but the training
+# loops, which the demo compiles at -O1 to start sooner and make test recompiles at the build type's level).
 configure-demo: deps-demo
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS) $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS) \
+	  -DHITCH_TRAINER_OPTIMIZE=-O1 $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -115,6 +119,11 @@ test-asan: deps
 demo: configure-demo
 	cmake --build $(BUILD) -j $(JOBS) --target hitch-mnist
 	@scripts/demo.sh $(BUILD)
+
+# Every public header on its own with both compilers (make test's suite checks them with clang).
+check-headers: deps
+	scripts/check-headers.sh g++ $(JOBS)
+	scripts/check-headers.sh clang++ $(JOBS)
 
 format:
 	@scripts/format.sh
