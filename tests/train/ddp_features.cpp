@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../comm/suite.hpp"
+#include "../error_text.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/optim/momentum.hpp"
 #include "hitch/optim/sgd.hpp"
@@ -300,18 +300,11 @@ TEST_CASE("buffers that differ across ranks are mismatch_error; asynchronous pol
         model m({4});
         std::vector<float> b(3);
         hitch::cpu dev;
-        const auto error_of = [](auto&& f) {
-            try {
-                f();
-            } catch (const std::exception& e) {
-                return std::string(e.what());
-            }
-            return std::string("no error");
-        };
         hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::hogwild> dp(comm, dev, m.layers());
-        std::string async = error_of([&] { dp.register_buffers({{"bn.mean", hitch::view(b)}}); });
+        std::string async = hitch_test::error_text([&] { dp.register_buffers({{"bn.mean", hitch::view(b)}}); });
         hitch::data_parallel<hitch::optim::sgd> sync_dp(comm, dev, m.layers());
-        std::string twice = error_of([&] { sync_dp.register_buffers({{"a", hitch::view(b)}, {"a", hitch::view(b)}}); });
+        std::string twice =
+            hitch_test::error_text([&] { sync_dp.register_buffers({{"a", hitch::view(b)}, {"a", hitch::view(b)}}); });
         return std::pair{async, twice};
     });
     for (const auto& [async, twice] : refusals) {

@@ -5,7 +5,6 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "../comm/suite.hpp"
+#include "../error_text.hpp"
 #include "hitch/comm/local.hpp"
 #include "hitch/compress/topk.hpp"
 #include "hitch/optim/adam.hpp"
@@ -123,12 +123,7 @@ TEST_CASE("ZeRO checkpoints save and restore each rank's shard exactly", "[train
         dp_t::options o;
         o.bucket_bytes = 8192;
         dp_t plain(comm, dev, m.layers(), o);
-        try {
-            plain.load((dir / "ck").string());
-        } catch (const hitch::mismatch_error&) {
-            return true;
-        }
-        return false;
+        return hitch_test::error_text<hitch::mismatch_error>([&] { plain.load((dir / "ck").string()); }) != "no error";
     });
     for (const bool r : refused) CHECK(r);
     std::filesystem::remove_all(dir);
@@ -139,23 +134,15 @@ TEST_CASE("ZeRO refuses what it cannot shard, with the option named", "[train][d
     const auto refusals = run_local(2, [](local& comm) {
         net m;
         hitch::cpu dev;
-        const auto error_of = [](auto&& f) -> std::string {
-            try {
-                f();
-            } catch (const std::exception& e) {
-                return e.what();
-            }
-            return "no error";
-        };
         hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::local_sgd>::options o;
         o.zero_stage = 1;
-        std::string local_sgd = error_of([&] {
+        std::string local_sgd = hitch_test::error_text([&] {
             hitch::data_parallel<hitch::optim::sgd, hitch::compress::none, hitch::sync::local_sgd> dp(comm, dev,
                                                                                                       m.layers(), o);
         });
         hitch::data_parallel<hitch::optim::sgd, hitch::compress::topk>::options t;
         t.zero_stage = 2;
-        std::string topk = error_of(
+        std::string topk = hitch_test::error_text(
             [&] { hitch::data_parallel<hitch::optim::sgd, hitch::compress::topk> dp(comm, dev, m.layers(), t); });
         return std::pair{local_sgd, topk};
     });
