@@ -14,11 +14,12 @@
 //               moved per byte reduced (4 for 2 ranks), what an all-reduce in shared memory must at least move
 //               (read p inputs, write p outputs); algbw = n / that time.
 //
-// Method: the impls run interleaved, round after round, so machine noise falls on all of them alike (Gloo runs in a
-// second phase after the others at each size, because its TCP threads disturb whatever runs next). A sample is
-// one call (or, for small buffers, a batch of calls of at least 2 ms, divided by the batch) started after a
-// barrier; its time is the slowest rank's. Each impl reports the median over rounds. hitch's schedules run with
-// the agreement check off (MPI and Gloo check nothing); the check's own cost at 4 KiB is reported separately.
+// Method: the impls run interleaved, round after round (each round in its own order), so machine noise falls on all
+// of them alike (Gloo runs in a second phase after the others at each size, because its TCP threads disturb
+// whatever runs next). A sample is one call (or, for small buffers, a batch of calls of at least --min-sample-ms,
+// 2 ms by default, divided by the batch) started after a barrier; its time is the slowest rank's. Each impl reports
+// the median over rounds. hitch's schedules run with the agreement check off (MPI and Gloo check nothing); the
+// check's own cost at 4 KiB is reported separately.
 // Every impl's result is verified on every rank against the exact sum before the figures are printed.
 //
 // --json prints one object per line:
@@ -59,6 +60,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -154,7 +156,12 @@ std::vector<figure> measure(const world& w, const settings& s, std::vector<impl>
             batch[k] = std::clamp<std::size_t>(static_cast<std::size_t>(s.min_sample_ms * 1e-3 / std::max(one, 1e-9)),
                                                1, 2000);
         }
-        for (int round = 0; round < s.rounds; ++round)
+        // Each round runs the impls in its own order, the same on every rank (the generator's seed is the round):
+        // a load that comes and goes with a period (a timer, a scheduler's slice) then falls on no impl more than on
+        // another, where a fixed order could meet it at the same place in every round.
+        for (int round = 0; round < s.rounds; ++round) {
+            std::mt19937 order(static_cast<std::mt19937::result_type>(round) * 7919u + 17u);
+            std::shuffle(members.begin(), members.end(), order);
             for (std::size_t k : members) {
                 std::fill(buffer.begin(), buffer.end(), seed);
                 w.barrier();
@@ -164,6 +171,7 @@ std::vector<figure> measure(const world& w, const settings& s, std::vector<impl>
                     std::chrono::duration<double>(clock_type::now() - start).count() / static_cast<double>(batch[k]);
                 samples[k].push_back(w.max_over_ranks(t));
             }
+        }
     }
     std::vector<figure> out;
     for (std::size_t k = 0; k < impls.size(); ++k) {
