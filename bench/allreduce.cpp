@@ -145,16 +145,24 @@ std::vector<figure> measure(const world& w, const settings& s, std::vector<impl>
         std::vector<std::size_t> members;
         for (std::size_t k = 0; k < impls.size(); ++k)
             if (impls[k].phase == phase) members.push_back(k);
-        // warm-up (and calibration of automatic), then the batch size that makes a sample >= min_sample_ms
+        // Warm-up (and calibration of automatic), then the batch: blocks of calls, each twice the last, until one
+        // takes min_sample_ms (the slowest rank's time, so every rank settles on the same count). A batch sized
+        // from one call's time was set by whatever that call met: automatic's first calls of a size try its
+        // runners-up, and one of them set a batch of ~75 calls of 4 KiB where recursive doubling got ~500: samples
+        // of different lengths, which a load's bursts and the ranks' skew out of the barrier weigh differently.
         for (std::size_t k : members) {
             for (int i = 0; i < 2; ++i) impls[k].run(buffer);
-            std::fill(buffer.begin(), buffer.end(), seed);
-            w.barrier();
-            const auto start = clock_type::now();
-            impls[k].run(buffer);
-            const double one = w.max_over_ranks(std::chrono::duration<double>(clock_type::now() - start).count());
-            batch[k] = std::clamp<std::size_t>(static_cast<std::size_t>(s.min_sample_ms * 1e-3 / std::max(one, 1e-9)),
-                                               1, 2000);
+            std::size_t calls = 1;
+            for (;;) {
+                std::fill(buffer.begin(), buffer.end(), seed);
+                w.barrier();
+                const auto start = clock_type::now();
+                for (std::size_t b = 0; b < calls; ++b) impls[k].run(buffer);
+                const double took = w.max_over_ranks(std::chrono::duration<double>(clock_type::now() - start).count());
+                if (took >= s.min_sample_ms * 1e-3 || calls >= 2000) break;
+                calls = std::min<std::size_t>(2 * calls, 2000);
+            }
+            batch[k] = calls;
         }
         // Each round runs the impls in its own order, the same on every rank (the generator's seed is the round):
         // a load that comes and goes with a period (a timer, a scheduler's slice) then falls on no impl more than on
