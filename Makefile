@@ -46,31 +46,31 @@ TSAN_ENV = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(
 ASAN_ENV = ASAN_OPTIONS="detect_leaks=1 abort_on_error=1" LSAN_OPTIONS="suppressions=$(SANITIZER_FILES)/lsan.supp" \
 	UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1" HITCH_TEST_TIME_SCALE=2
 
-.PHONY: all deps deps-demo configure configure-demo configure-test build test test-gcc test-clang-threads test-clang test-tsan \
-	test-asan test-sanitizers-fast demo check-headers format format-check clean
+.PHONY: all deps deps-demo configure configure-demo configure-test build test test-gcc test-clang-threads \
+	test-clang test-tsan test-asan test-sanitizers-fast demo check-headers format format-check clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
+# The build directory make build, make test and make demo share; they differ only in the trainers' loops' level.
+CONFIGURE = cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS)
+
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS) \
-	  -DHITCH_TRAINER_OPTIMIZE= $(CMAKE_ARGS)
+	$(CONFIGURE) -DHITCH_TRAINER_OPTIMIZE= $(CMAKE_ARGS)
 
 # make test checks results: the trainers' training loops at -O1, as make demo builds them (so a make test after a
 # make demo reuses them); make build recompiles them at -O3 for the trainer figures.
 configure-test: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS) \
-	  -DHITCH_TRAINER_OPTIMIZE=-O1 $(CMAKE_ARGS)
+	$(CONFIGURE) -DHITCH_TRAINER_OPTIMIZE=-O1 $(CMAKE_ARGS)
 
 deps-demo:
 	@scripts/install-deps.sh --demo
 
 # The same build directory and flags as make test's, so a later make test reuses what the demo built.
 configure-demo: deps-demo
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS) \
-	  -DHITCH_TRAINER_OPTIMIZE=-O1 $(CMAKE_ARGS)
+	$(CONFIGURE) -DHITCH_TRAINER_OPTIMIZE=-O1 $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
