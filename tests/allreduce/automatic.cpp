@@ -658,7 +658,10 @@ TEST_CASE("an online ranking takes a faster window in full and a slower one damp
         r.review(s, settings, 1e-6);
         return r.view().estimates[static_cast<std::size_t>(c)];
     };
-    // Candidate 1's first window met a slow moment: counted as at most twice its estimate (10 -> 20).
+    // Candidate 1's first window met a slow moment: a runner-up's slower window counts only when its next one is
+    // slower too, so one try at a bad moment leaves its estimate as it was (10).
+    CHECK(review(1, 1000.0, 5.0) == Approx(10.0));
+    // Slower again: counted now, as at most twice its estimate (10 -> 20).
     CHECK(review(1, 1000.0, 5.0) == Approx(20.0));
     // A slower window again: half way towards at most twice the estimate (20 -> 30, not 520).
     CHECK(review(1, 1000.0, 5.0) == Approx(30.0));
@@ -667,5 +670,42 @@ TEST_CASE("an online ranking takes a faster window in full and a slower one damp
     CHECK(r.view().current == 1);
     // The pick slowing down: damped (4 -> 4.5), so one slow window does not undo the switch.
     CHECK(review(1, 5.0, 5.0) == Approx(4.5));
+    CHECK(r.view().current == 1);
+}
+
+TEST_CASE("an online ranking keeps a runner-up's time relative to the pick's: a slow host does not bury it",
+          "[allreduce][automatic][rerank]") {
+    using detail::online_ranking;
+    online_ranking::times predicted{};
+    predicted.fill(-1.0);
+    predicted[0] = 5.0;  // the model's pick
+    predicted[1] = 6.0;  // a runner-up, in truth 1.2x the pick
+    online_ranking r(predicted, 0);
+    const detail::rerank_settings settings{};
+    const auto review = [&](double pick_median, double runner_up_median) {
+        detail::review_summary s{};
+        s.median[0] = pick_median;
+        s.median[1] = runner_up_median;  // 0: not run in this window
+        s.agreement_s = 1e-6;
+        r.review(s, settings, 1e-6);
+        return r.view();
+    };
+    // The host is 3x slower than the model's constants say: the runner-up's first slower window counts once its
+    // second is slower too, then both estimates settle at their slow times, the runner-up's at 1.2x the pick's.
+    for (int i = 0; i < 12; ++i) review(15.0, 18.0);
+    const online_ranking::standing slow = r.view();
+    CHECK(slow.current == 0);
+    CHECK(slow.estimates[0] == Approx(15.0).epsilon(0.01));
+    CHECK(slow.estimates[1] == Approx(18.0).epsilon(0.01));
+    // The host is fast again: the pick's window (5) is taken in full, and the runner-up's estimate falls with it to
+    // 1.2x, without another try (it would otherwise stand at its slow time, 18, until its next turn).
+    const online_ranking::standing fast = review(5.0, 0.0);
+    CHECK(fast.estimates[0] == Approx(5.0));
+    CHECK(fast.estimates[1] == Approx(6.0).epsilon(0.01));
+    CHECK(fast.current == 0);
+    // Only downwards: the pick turning slow on its own does not raise the runner-up's estimate with it, so the
+    // ranking leaves the pick.
+    for (int i = 0; i < 3; ++i) review(20.0, 0.0);
+    CHECK(r.view().estimates[1] == Approx(6.0).epsilon(0.01));
     CHECK(r.view().current == 1);
 }

@@ -252,12 +252,13 @@ private:
     using memo_type = detail::decision_memo<options_type>;
 
     /// What a call runs: the candidate (-1: measure first) and, when the size is re-ranked, its ranking and this
-    /// call's step in it. `memo` keeps the ranking alive through the call.
+    /// call's step in it. `memo` keeps the ranking alive through the call where this
+    /// thread's view of the group's slots (hot_view) may not.
     struct pick_plan {
         int pick = -1;
         detail::online_ranking* online = nullptr;
         detail::online_ranking::step step{};
-        std::shared_ptr<detail::decision_memo_slot> memo;
+        std::shared_ptr<detail::decision_memo_slot> memo;  // null where this thread's view of the slots holds it
         std::optional<detail::online_ranking::standing> standing;  // when asked without planning
     };
 
@@ -336,12 +337,14 @@ private:
                           "hitch::allreduce::automatic on a communicator with a native handle (comm::mpi) also weighs "
                           "its native all-reduce: #include \"hitch/allreduce/native.hpp\" (and link hitch::mpi)");
         if (record_->pending.load(std::memory_order_acquire)) install_loaded(state);
+        if (planning && record_->known.load(std::memory_order_acquire))
+            if (pick_plan fast; recent_choice(state, p, n_bytes, fast)) return fast;
         cost_constants k;
         std::shared_ptr<automatic_profile> profile;
         std::shared_ptr<automatic_profile> measured;  // the group's profile, when these options use one
         {
             std::lock_guard lock(state.m);
-            const detail::hot_slots& hot = detail::hot_view(state.slots);
+            detail::hot_slots& hot = detail::hot_view(state.slots);
             if (options_.constants) {
                 k = *options_.constants;
             } else {
@@ -353,9 +356,11 @@ private:
                 }
             }
             if (hot.memo) {
-                if (auto* const d =
-                        static_cast<memo_type*>(hot.memo.get())->find(options_, p, n_bytes, k, hot.measured.get())) {
+                auto* const memo = static_cast<memo_type*>(hot.memo.get());
+                if (auto* const d = memo->find(options_, p, n_bytes, k, hot.measured.get())) {
                     if (!record_->known.load(std::memory_order_acquire)) record_->note(k, profile);
+                    hot.keep_recent({record_.get(), record_->generation, p, n_bytes,
+                                     memo->generation.load(std::memory_order_acquire), d});
                     return settle(*d, hot.memo, planning);
                 }
             }
@@ -364,6 +369,25 @@ private:
         if (!options_.constants && !profile) profile = measured_profile(state);
         record_->note(k, profile);
         return remembered_choice(state, comm, p, n_bytes, k, options_.constants ? nullptr : profile.get(), planning);
+    }
+
+    /// A call's fast path: the choice this thread found for this automatic and size in the last calls, while
+    /// nothing it depends on changed since (the group's slots, and so its constants and profile; the memo; this
+    /// automatic's record), planned without the group state's mutex: only the group's calls, one at a time, plan
+    /// and review a ranking, and what reports read of it (online_ranking::view) is safe beside plan(). False when
+    /// the call must look its choice up.
+    template <communicator C>
+    [[nodiscard]] bool recent_choice(shared_state<C>& state, int p, std::size_t n_bytes, pick_plan& out) const {
+        detail::hot_slots& hot = detail::hot_view(state.slots);
+        if (!hot.memo) return false;
+        auto* const memo = static_cast<memo_type*>(hot.memo.get());
+        void* const found = hot.find_recent(record_.get(), record_->generation, p, n_bytes,
+                                            memo->generation.load(std::memory_order_acquire));
+        if (found == nullptr) return false;
+        // No reference is taken (an atomic increment and decrement per call): this thread's view holds the memo,
+        // and nothing in the call refreshes it (its candidates and its review use no automatic).
+        out = settle(*static_cast<detail::decision<options_type>*>(found), nullptr, true);
+        return true;
     }
 
     /// The pick of a call whose size is not remembered yet: weighed now, and remembered (with a new online

@@ -3,6 +3,7 @@
 // to be installed), and the handle through which they share it.
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,6 +23,9 @@ struct automatic_record {
     std::atomic<bool> known{false};    // constants (and profile) recorded from a group
     std::atomic<bool> pending{false};  // loaded and not yet installed
     std::atomic<int> holders{1};       // record_handle's count
+    /// Differs between every two hand-outs of a record (a process-wide counter), so what a thread cached for one
+    /// automatic is never taken for another that was given the same record, recycled, or its address.
+    std::uint64_t generation = 0;
 
     /// Notes what a group holds now, unless a loaded state waits to be installed.
     void note(const cost_constants& k, std::shared_ptr<const automatic_profile> p) {
@@ -51,6 +55,7 @@ public:
     ~record_handle() { give(r_); }
 
     [[nodiscard]] automatic_record* operator->() const noexcept { return r_; }
+    [[nodiscard]] automatic_record* get() const noexcept { return r_; }
 
 private:
     /// Set once the thread's spare slot is destroyed (a static automatic may outlive it at exit); trivially
@@ -72,11 +77,15 @@ private:
         return s;
     }
     static automatic_record* take() {
-        if (slot_gone()) return new automatic_record();
-        spare_slot& s = spare();
-        if (s.r == nullptr) return new automatic_record();
-        automatic_record* r = s.r;
-        s.r = nullptr;
+        static std::atomic<std::uint64_t> hand_outs{0};
+        automatic_record* r = nullptr;
+        if (!slot_gone()) {
+            spare_slot& s = spare();
+            r = s.r;
+            s.r = nullptr;
+        }
+        if (r == nullptr) r = new automatic_record();
+        r->generation = hand_outs.fetch_add(1, std::memory_order_relaxed) + 1;
         return r;
     }
     static void give(automatic_record* r) noexcept {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -32,9 +33,10 @@ struct rerank_settings {
     int max_review_calls = tuning::rerank_max_review_calls;
 };
 
-/// The online ranking of one call size (see the file comment), kept with the size's remembered choice. plan(),
-/// review() and view() are called under the group state's mutex; note() and summary() touch only the window,
-/// which nothing but the calls themselves reads (and a group runs one call at a time), so they take no lock.
+/// The online ranking of one call size (see the file comment), kept with the size's remembered choice. Only the
+/// group's calls, one at a time, call plan(), note(), summary() and review(); review() and view() (reports, from
+/// any thread) are called under the group state's mutex, so a report sees the estimates whole; plan() writes
+/// nothing view() reads but `last_`, which is atomic, and so runs without the mutex.
 class online_ranking {
 public:
     static constexpr int candidates = automatic_profile::candidates;
@@ -57,7 +59,7 @@ public:
     /// `predicted`: the model's time of each candidate (profile-corrected; < 0 where it is not a candidate here);
     /// `pick`: the model's choice, the first current pick.
     online_ranking(const times& predicted, int pick) : predicted_(predicted), estimate_(predicted), current_(pick) {
-        last_ = pick;
+        last_.store(pick, std::memory_order_relaxed);
         for (int c = 0; c < candidates; ++c)
             if (c != pick && available(c) && predicted_[at(c)] <= tuning::rerank_first_try_ratio * predicted_[at(pick)])
                 first_tries_.push_back(c);
@@ -80,7 +82,9 @@ public:
             weigh_tries = true;
         } else if (s.explore_fraction > 0) {
             credit_ += s.explore_fraction * estimate_[at(current_)];
-            if (const int c = next_runner_up(); c >= 0) {
+            // No exploration is charged less than its minimum share: most calls stop here, without the scan.
+            if (credit_ < tuning::rerank_min_explore_share * estimate_[at(current_)]) {
+            } else if (const int c = next_runner_up(); c >= 0) {
                 const double cost = std::clamp(estimate_[at(c)] - estimate_[at(current_)],
                                                tuning::rerank_min_explore_share * estimate_[at(current_)],
                                                tuning::rerank_max_explore_charge * estimate_[at(current_)]);
@@ -92,11 +96,12 @@ public:
                 }
             }
         }
-        // Long windows (small calls) time a sample of the current pick's calls: reading the clock twice costs
-        // ~40 ns, 4% of a 4 KiB all-reduce over comm::mpi.
-        const int stride = std::max(1, review_every_ / tuning::rerank_window_samples);
-        const bool timed = weigh_tries || pick != current_ || calls_in_window_ % stride == 0;
-        last_ = pick;
+        // Long windows (small calls) time a sample of the current pick's calls, every stride_-th from the window's
+        // first: reading the clock twice costs ~40 ns, 4% of a 4 KiB all-reduce over comm::mpi.
+        const bool sampled = --until_sample_ == 0;
+        if (sampled) until_sample_ = stride_;
+        const bool timed = weigh_tries || pick != current_ || sampled;
+        last_.store(pick, std::memory_order_relaxed);
         ++calls_in_window_;
         return {pick, timed, weigh_tries || calls_in_window_ >= review_every_};
     }
@@ -122,10 +127,23 @@ public:
     /// all-gather of it took. The fastest of those so far is what a review costs: a slower one waited for a rank
     /// still in its all-reduce, or was preempted, and that time is not the review's (the next call would wait it).
     void review(const review_summary& agreed, const rerank_settings& s, double my_agreement_s) {
+        // The current pick's time under the conditions of this window: its median here, else its last one.
+        const double reference = agreed.median[at(current_)] > 0 ? agreed.median[at(current_)] : current_median_;
         for (int c = 0; c < candidates; ++c) {
             double m = agreed.median[at(c)];
             if (m <= 0 || !available(c)) continue;
             double& e = estimate_[at(c)];
+            // A runner-up runs in one call now and then, which a slow moment of the host may have met: a window of
+            // it slower than its estimate counts only when its next one is slower too. One try at a bad moment then
+            // leaves no runner-up looking slower than it is until its next turn, which at large sizes (a few
+            // explorations in a hundred calls) may not come; a runner-up that did turn slow shows on its next try.
+            const bool slower = e > 0 && m > e;
+            if (c != current_ && slower && !slower_once_[at(c)]) {
+                slower_once_[at(c)] = true;
+                continue;
+            }
+            slower_once_[at(c)] = slower && c != current_;
+            if (c != current_ && reference > 0) ratio_[at(c)] = m / reference;
             // Preemption only ever adds time: a window far slower than the estimate counts as at most
             // rerank_max_rise times it, so one preempted sample cannot bury a candidate; a lasting slowdown still
             // shows within a few windows, and a faster window counts in full.
@@ -136,19 +154,39 @@ public:
             e = measured_[at(c)] && m > e ? e + tuning::rerank_estimate_weight * (m - e) : m;
             measured_[at(c)] = true;
         }
+        if (agreed.median[at(current_)] > 0) current_median_ = agreed.median[at(current_)];
         // Not yet run: assume the model is as far off for them as it is for the current pick.
         if (measured_[at(current_)] && predicted_[at(current_)] > 0) {
             const double scale = estimate_[at(current_)] / predicted_[at(current_)];
             for (int c = 0; c < candidates; ++c)
                 if (available(c) && !measured_[at(c)]) estimate_[at(c)] = predicted_[at(c)] * scale;
         }
+        // A runner-up run while the whole host was slow (a busy neighbour, a slow mode of the machine) keeps its
+        // time relative to the current pick's at that moment: when the host is fast again and the pick's estimate
+        // falls, the runner-up's falls with it instead of standing at its slow time until its next turn. Only
+        // downwards: a current pick that turns slow on its own must still show against its runners-up.
+        for (int c = 0; c < candidates; ++c)
+            if (c != current_ && available(c) && measured_[at(c)] && ratio_[at(c)] > 0)
+                estimate_[at(c)] = std::min(estimate_[at(c)], ratio_[at(c)] * estimate_[at(current_)]);
         int best = current_;
         for (int c = 0; c < candidates; ++c)
             if (available(c) && estimate_[at(c)] < estimate_[at(best)]) best = c;
-        if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) current_ = best;
+        if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) {
+            // The ratios are to the new pick from now on; its own window is yet to come.
+            for (int c = 0; c < candidates; ++c)
+                ratio_[at(c)] = available(c) && measured_[at(c)] ? estimate_[at(c)] / estimate_[at(best)] : 0.0;
+            current_median_ = 0;
+            current_ = best;
+        }
         const double allowed = tuning::rerank_review_overhead * std::max(estimate_[at(current_)], 1e-12);
-        const double calls = std::ceil(agreed.agreement_s / allowed);
+        // Short calls may take windows longer than their review's cost asks, up to rerank_window_span_s of calls:
+        // a 4 KiB all-reduce's review every ~60 calls still cost ~2% of their time, for a host's speed that does
+        // not change within a millisecond.
+        const double calls = std::max(std::ceil(agreed.agreement_s / allowed),
+                                      std::floor(tuning::rerank_window_span_s / estimate_[at(current_)]));
         review_every_ = static_cast<int>(std::clamp(calls, 1.0, static_cast<double>(s.max_review_calls)));
+        stride_ = std::max(1, review_every_ / tuning::rerank_window_samples);
+        until_sample_ = 1;
         calls_in_window_ = 0;
         for (auto& w : window_) w.clear();
         fastest_agreement_s_ =
@@ -156,8 +194,8 @@ public:
     }
 
     /// The candidate the last call ran.
-    [[nodiscard]] int last() const noexcept { return last_; }
-    [[nodiscard]] standing view() const { return {estimate_, current_, last_, review_every_}; }
+    [[nodiscard]] int last() const noexcept { return last_.load(std::memory_order_relaxed); }
+    [[nodiscard]] standing view() const { return {estimate_, current_, last(), review_every_}; }
 
 private:
     [[nodiscard]] static std::size_t at(int c) noexcept { return static_cast<std::size_t>(c); }
@@ -186,18 +224,23 @@ private:
     times predicted_;
     times estimate_;
     std::array<bool, candidates> measured_{};
+    std::array<bool, candidates> slower_once_{};  // the runner-up's last window was slower than its estimate
+    times ratio_{};               // each runner-up's last agreed median over the current pick's then (0: none)
+    double current_median_ = 0;  // the current pick's last agreed median (0: none since it became the pick)
     std::array<std::vector<double>, candidates> window_;
     std::vector<int> first_tries_;
     std::size_t next_try_ = 0;
     bool tries_weighed_ = false;  // the review after the first tries has been planned
     bool started_ = false;
     int current_ = 0;
-    int last_ = 0;
+    std::atomic<int> last_{0};
     int cursor_ = 0;
     bool promising_turn_ = true;
     double credit_ = 0;
     int calls_in_window_ = 0;
     int review_every_ = 1;
+    int stride_ = 1;        // every stride_-th call of the current pick in a window is timed
+    int until_sample_ = 1;  // calls until the next timed one (1: this one)
     double fastest_agreement_s_ = 0;  // this rank's fastest review so far (0: none yet)
 };
 
