@@ -225,7 +225,7 @@ private:
     times estimate_;
     std::array<bool, candidates> measured_{};
     std::array<bool, candidates> slower_once_{};  // the runner-up's last window was slower than its estimate
-    times ratio_{};               // each runner-up's last agreed median over the current pick's then (0: none)
+    times ratio_{};              // each runner-up's last agreed median over the current pick's then (0: none)
     double current_median_ = 0;  // the current pick's last agreed median (0: none since it became the pick)
     std::array<std::vector<double>, candidates> window_;
     std::vector<int> first_tries_;
@@ -239,8 +239,8 @@ private:
     double credit_ = 0;
     int calls_in_window_ = 0;
     int review_every_ = 1;
-    int stride_ = 1;        // every stride_-th call of the current pick in a window is timed
-    int until_sample_ = 1;  // calls until the next timed one (1: this one)
+    int stride_ = 1;                  // every stride_-th call of the current pick in a window is timed
+    int until_sample_ = 1;            // calls until the next timed one (1: this one)
     double fastest_agreement_s_ = 0;  // this rank's fastest review so far (0: none yet)
 };
 
