@@ -105,7 +105,11 @@ inline constexpr double rerank_estimate_weight = 0.5;
 /// 16 KiB-1 MiB took 50-200x their usual time (a rank preempted for a time slice), and one such sample had made a
 /// candidate look too slow to try again for thousands of calls.
 inline constexpr double rerank_max_rise = 2.0;
-/// The first calls of a size try once each the runners-up predicted within this factor of the pick. A busy
+/// The first calls of a size try the runners-up this many times each, in turn, and weigh the faster half of each
+/// one's times: one try at a slow moment had left the fastest schedule at 64 MiB estimated at 3-4x its time (a run
+/// where automatic reached 0.85 of it), where at a few explorations per hundred calls it was not tried again.
+inline constexpr int rerank_first_try_rounds = 2;
+/// The first calls of a size try the runners-up predicted within this factor of the pick. A busy
 /// host made the profile's pick 1.3-1.35x slower than the fastest, and on dev-2c under a load average of 3.5 (other
 /// builds) MPI_Allreduce, predicted 2-4x slower than hitch's schedules at 4-64 MiB from a quiet profile, ran 1.1-2x
 /// faster than them: 4x covers every candidate but the slowest at a size, once per size.

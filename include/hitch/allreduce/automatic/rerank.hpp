@@ -67,16 +67,17 @@ public:
                          [&](int a, int b) { return predicted_[at(a)] < predicted_[at(b)]; });
     }
 
-    /// The candidate this call runs: the model's pick first, then a first try while any is left, then the current
-    /// pick once more, timed, ending the window (so the tries are weighed at once, not after a window as long as
-    /// an unlucky first review makes it), else a runner-up when the credit pays for it, else the current pick.
+    /// The candidate this call runs: the model's pick first, then the first tries (each runner-up in turn,
+    /// rerank_first_try_rounds times) while any is left, then the current pick once more, timed, ending the window (so
+    /// the tries are weighed at once, not after a window as long as an unlucky first review makes it), else a runner-up
+    /// when the credit pays for it, else the current pick.
     [[nodiscard]] step plan(const rerank_settings& s) {
         int pick = current_;
         bool weigh_tries = false;
         if (!started_) {
             started_ = true;
-        } else if (next_try_ < first_tries_.size()) {
-            pick = first_tries_[next_try_++];
+        } else if (next_try_ < static_cast<std::size_t>(tuning::rerank_first_try_rounds) * first_tries_.size()) {
+            pick = first_tries_[next_try_++ % first_tries_.size()];
         } else if (!first_tries_.empty() && !tries_weighed_) {
             tries_weighed_ = true;
             weigh_tries = true;
@@ -85,7 +86,7 @@ public:
             // No exploration is charged less than its minimum share: most calls stop here, without the scan.
             if (credit_ < tuning::rerank_min_explore_share * estimate_[at(current_)]) {
             } else if (const int c = next_runner_up(); c >= 0) {
-                const double cost = std::clamp(estimate_[at(c)] - estimate_[at(current_)],
+                const double cost = std::clamp(explore_estimate(c) - estimate_[at(current_)],
                                                tuning::rerank_min_explore_share * estimate_[at(current_)],
                                                tuning::rerank_max_explore_charge * estimate_[at(current_)]);
                 if (credit_ >= cost) {
@@ -115,7 +116,8 @@ public:
         for (std::size_t c = 0; c < window_.size(); ++c) {
             auto& w = window_[c];
             if (w.empty()) continue;
-            const auto mid = w.begin() + static_cast<std::ptrdiff_t>(w.size() / 2);
+            // The lower middle of an even count: preemption only ever adds time.
+            const auto mid = w.begin() + static_cast<std::ptrdiff_t>((w.size() - 1) / 2);
             std::nth_element(w.begin(), mid, w.end());
             s.median[c] = std::max(*mid, 1e-12);  // 0 means "not run"
         }
@@ -127,22 +129,23 @@ public:
     /// all-gather of it took. The fastest of those so far is what a review costs: a slower one waited for a rank
     /// still in its all-reduce, or was preempted, and that time is not the review's (the next call would wait it).
     void review(const review_summary& agreed, const rerank_settings& s, double my_agreement_s) {
-        // The current pick's time under the conditions of this window: its median here, else its last one.
-        const double reference = agreed.median[at(current_)] > 0 ? agreed.median[at(current_)] : current_median_;
+        // What each runner-up's time is weighed against: the current pick's estimate before this window (an
+        // estimate, not the pick's median here, which may be a slow moment its estimate has not taken in).
+        const double reference = measured_[at(current_)] ? estimate_[at(current_)] : 0.0;
         for (int c = 0; c < candidates; ++c) {
             double m = agreed.median[at(c)];
             if (m <= 0 || !available(c)) continue;
             double& e = estimate_[at(c)];
-            // A runner-up runs in one call now and then, which a slow moment of the host may have met: a window of
-            // it slower than its estimate counts only when its next one is slower too. One try at a bad moment then
-            // leaves no runner-up looking slower than it is until its next turn, which at large sizes (a few
-            // explorations in a hundred calls) may not come; a runner-up that did turn slow shows on its next try.
+            // A runner-up runs in one call now and then, which a slow moment of the host may have met: after a
+            // window with one run of it slower than its estimate, it is explored as if it had not risen until its
+            // next window says which it was. One try at a bad moment then does not leave it looking too slow to
+            // try again, which at large sizes (a few explorations in a hundred calls) may be for the rest of a run;
+            // and its raised estimate keeps the ranking from switching to it on its old time.
             const bool slower = e > 0 && m > e;
-            if (c != current_ && slower && !slower_once_[at(c)]) {
-                slower_once_[at(c)] = true;
-                continue;
-            }
-            slower_once_[at(c)] = slower && c != current_;
+            if (c != current_ && slower && window_[at(c)].size() < 2 && held_[at(c)] == 0)
+                held_[at(c)] = e;
+            else
+                held_[at(c)] = 0;
             if (c != current_ && reference > 0) ratio_[at(c)] = m / reference;
             // Preemption only ever adds time: a window far slower than the estimate counts as at most
             // rerank_max_rise times it, so one preempted sample cannot bury a candidate; a lasting slowdown still
@@ -154,7 +157,6 @@ public:
             e = measured_[at(c)] && m > e ? e + tuning::rerank_estimate_weight * (m - e) : m;
             measured_[at(c)] = true;
         }
-        if (agreed.median[at(current_)] > 0) current_median_ = agreed.median[at(current_)];
         // Not yet run: assume the model is as far off for them as it is for the current pick.
         if (measured_[at(current_)] && predicted_[at(current_)] > 0) {
             const double scale = estimate_[at(current_)] / predicted_[at(current_)];
@@ -162,8 +164,8 @@ public:
                 if (available(c) && !measured_[at(c)]) estimate_[at(c)] = predicted_[at(c)] * scale;
         }
         // A runner-up run while the whole host was slow (a busy neighbour, a slow mode of the machine) keeps its
-        // time relative to the current pick's at that moment: when the host is fast again and the pick's estimate
-        // falls, the runner-up's falls with it instead of standing at its slow time until its next turn. Only
+        // time relative to the current pick's estimate at that moment: when the host is fast again and the pick's
+        // estimate falls, the runner-up's falls with it instead of standing at its slow time until its next turn. Only
         // downwards: a current pick that turns slow on its own must still show against its runners-up.
         for (int c = 0; c < candidates; ++c)
             if (c != current_ && available(c) && measured_[at(c)] && ratio_[at(c)] > 0)
@@ -172,10 +174,8 @@ public:
         for (int c = 0; c < candidates; ++c)
             if (available(c) && estimate_[at(c)] < estimate_[at(best)]) best = c;
         if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) {
-            // The ratios are to the new pick from now on; its own window is yet to come.
-            for (int c = 0; c < candidates; ++c)
-                ratio_[at(c)] = available(c) && measured_[at(c)] ? estimate_[at(c)] / estimate_[at(best)] : 0.0;
-            current_median_ = 0;
+            // Ratios are to the pick they were measured against: none to the new one until runners-up run again.
+            ratio_.fill(0.0);
             current_ = best;
         }
         const double allowed = tuning::rerank_review_overhead * std::max(estimate_[at(current_)], 1e-12);
@@ -202,13 +202,18 @@ private:
     [[nodiscard]] bool available(int c) const noexcept { return predicted_[at(c)] >= 0; }
     /// The runner-up the next exploration tries: on a promising turn the one with the lowest estimate, else the next
     /// after the cursor, in turn, that is not the current pick; -1 when there is none.
+    /// The estimate exploration weighs: the one before an unconfirmed rise (held_), else the estimate.
+    [[nodiscard]] double explore_estimate(int c) const noexcept {
+        return held_[at(c)] > 0 ? held_[at(c)] : estimate_[at(c)];
+    }
     [[nodiscard]] int next_runner_up() noexcept {
         // Every other exploration goes to the most promising runner-up (the lowest estimate), the others to each
         // in turn: a runner-up that may well be faster is checked often, and none is left untried for long.
         if (promising_turn_) {
             int best = -1;
             for (int c = 0; c < candidates; ++c)
-                if (c != current_ && available(c) && (best < 0 || estimate_[at(c)] < estimate_[at(best)])) best = c;
+                if (c != current_ && available(c) && (best < 0 || explore_estimate(c) < explore_estimate(best)))
+                    best = c;
             if (best >= 0) return best;
         }
         for (int i = 0; i < candidates; ++i) {
@@ -224,9 +229,8 @@ private:
     times predicted_;
     times estimate_;
     std::array<bool, candidates> measured_{};
-    std::array<bool, candidates> slower_once_{};  // the runner-up's last window was slower than its estimate
-    times ratio_{};              // each runner-up's last agreed median over the current pick's then (0: none)
-    double current_median_ = 0;  // the current pick's last agreed median (0: none since it became the pick)
+    times held_{};   // a runner-up's estimate before an unconfirmed rise (its one slower run), 0: none
+    times ratio_{};  // each runner-up's last agreed median over the current pick's estimate then (0: none)
     std::array<std::vector<double>, candidates> window_;
     std::vector<int> first_tries_;
     std::size_t next_try_ = 0;
