@@ -92,8 +92,10 @@ inline constexpr int rerank_max_review_calls = 256;
 inline constexpr double rerank_review_overhead = 0.005;
 /// Windows of short calls may hold this many seconds of calls (up to rerank_max_review_calls) though a review would
 /// fit in fewer: the review's cost counted with the fastest one so far is 3-4x below a typical one, and at 4 KiB
-/// windows of ~60 calls spent ~2% of the time reviewing (automatic at 0.89 of recursive doubling).
-inline constexpr double rerank_window_span_s = 1e-3;
+/// windows of ~60 calls spent ~2% of the time reviewing (automatic at 0.89 of recursive doubling). Longer spans
+/// follow a load that comes and goes more slowly: in a simulation of calls of 3 us beside a load busy 5 ms in 20,
+/// 1 ms windows reached 0.95 of the fastest on average against 0.99 for 0.5 ms (bench/rerank_sim.cpp).
+inline constexpr double rerank_window_span_s = 5e-4;
 /// Calls of the current pick timed per window: every one in windows this short, a sample of this many in longer
 /// ones (a 4 KiB all-reduce over comm::mpi takes ~0.95 us on dev-2c, and reading the clock twice ~40 ns).
 inline constexpr int rerank_window_samples = 32;

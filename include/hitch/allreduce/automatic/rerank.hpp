@@ -129,9 +129,6 @@ public:
     /// all-gather of it took. The fastest of those so far is what a review costs: a slower one waited for a rank
     /// still in its all-reduce, or was preempted, and that time is not the review's (the next call would wait it).
     void review(const review_summary& agreed, const rerank_settings& s, double my_agreement_s) {
-        // What each runner-up's time is weighed against: the current pick's estimate before this window (an
-        // estimate, not the pick's median here, which may be a slow moment its estimate has not taken in).
-        const double reference = measured_[at(current_)] ? estimate_[at(current_)] : 0.0;
         for (int c = 0; c < candidates; ++c) {
             double m = agreed.median[at(c)];
             if (m <= 0 || !available(c)) continue;
@@ -146,7 +143,6 @@ public:
                 held_[at(c)] = e;
             else
                 held_[at(c)] = 0;
-            if (c != current_ && reference > 0) ratio_[at(c)] = m / reference;
             // Preemption only ever adds time: a window far slower than the estimate counts as at most
             // rerank_max_rise times it, so one preempted sample cannot bury a candidate; a lasting slowdown still
             // shows within a few windows, and a faster window counts in full.
@@ -163,25 +159,13 @@ public:
             for (int c = 0; c < candidates; ++c)
                 if (available(c) && !measured_[at(c)]) estimate_[at(c)] = predicted_[at(c)] * scale;
         }
-        // A runner-up run while the whole host was slow (a busy neighbour, a slow mode of the machine) keeps its
-        // time relative to the current pick's estimate at that moment: when the host is fast again and the pick's
-        // estimate falls, the runner-up's falls with it instead of standing at its slow time until its next turn. Only
-        // downwards: a current pick that turns slow on its own must still show against its runners-up.
-        for (int c = 0; c < candidates; ++c)
-            if (c != current_ && available(c) && measured_[at(c)] && ratio_[at(c)] > 0)
-                estimate_[at(c)] = std::min(estimate_[at(c)], ratio_[at(c)] * estimate_[at(current_)]);
         int best = current_;
         for (int c = 0; c < candidates; ++c)
             if (available(c) && estimate_[at(c)] < estimate_[at(best)]) best = c;
-        if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) {
-            // Ratios are to the pick they were measured against: none to the new one until runners-up run again.
-            ratio_.fill(0.0);
-            current_ = best;
-        }
+        if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) current_ = best;
         const double allowed = tuning::rerank_review_overhead * std::max(estimate_[at(current_)], 1e-12);
         // Short calls may take windows longer than their review's cost asks, up to rerank_window_span_s of calls:
-        // a 4 KiB all-reduce's review every ~60 calls still cost ~2% of their time, for a host's speed that does
-        // not change within a millisecond.
+        // a 4 KiB all-reduce's review every ~60 calls still cost ~2% of their time.
         const double calls = std::max(std::ceil(agreed.agreement_s / allowed),
                                       std::floor(tuning::rerank_window_span_s / estimate_[at(current_)]));
         review_every_ = static_cast<int>(std::clamp(calls, 1.0, static_cast<double>(s.max_review_calls)));
@@ -229,8 +213,7 @@ private:
     times predicted_;
     times estimate_;
     std::array<bool, candidates> measured_{};
-    times held_{};   // a runner-up's estimate before an unconfirmed rise (its one slower run), 0: none
-    times ratio_{};  // each runner-up's last agreed median over the current pick's estimate then (0: none)
+    times held_{};  // a runner-up's estimate before an unconfirmed rise (its one slower run), 0: none
     std::array<std::vector<double>, candidates> window_;
     std::vector<int> first_tries_;
     std::size_t next_try_ = 0;

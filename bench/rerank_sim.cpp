@@ -1,0 +1,145 @@
+// hitch-bench-rerank-sim: automatic's online ranking (allreduce/automatic/rerank.hpp) driven by simulated calls, to
+// weigh its policy apart from a real host's noise. Seven candidates take fixed times (the fastest `--call-us`, the
+// others 1.08, 1.15, 1.3, 1.5, 2 and 3 times it, in a random order per seed); the model's predictions are off by up
+// to `--model-error` either way; each call also takes up to 3% of jitter. A load busy `--busy` of every 20 ms (a
+// periodic one, as bench/duty_load.py runs beside hitch-bench-allreduce) multiplies the time of the calls that start
+// while it is busy by `--slowdown`; other work takes 3 calls' time between two calls (the benchmark's other impls).
+// `--random` makes each call meet the load with probability `--busy` instead.
+//
+// The figure, per seed: the fastest candidate's time (with its median jitter) over the median of the last half of
+// the calls, which is what hitch-bench-allreduce's ratio measures; printed: the mean, the worst, the 10th
+// percentile and how many seeds fell below 0.9.
+//
+//   hitch-bench-rerank-sim --call-us 3 --calls 20000 --busy 0.25 --slowdown 3
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hitch/allreduce/automatic/rerank.hpp"
+
+namespace {
+
+struct settings {
+    double call_s = 3e-6;
+    int calls = 20000;
+    double busy = 0.25;
+    double slowdown = 3.0;
+    double model_error = 2.0;
+    bool random = false;
+    int seeds = 200;
+};
+
+[[noreturn]] void usage(const char* why) {
+    std::fprintf(stderr,
+                 "hitch-bench-rerank-sim: %s\nusage: hitch-bench-rerank-sim [--call-us X] [--calls N] [--busy F] "
+                 "[--slowdown X] [--model-error X] [--random] [--seeds N]\n",
+                 why);
+    std::exit(2);
+}
+
+settings parse(int argc, char** argv) {
+    settings s;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        const auto value = [&]() -> double {
+            if (i + 1 >= argc) usage(("option " + a + " needs a value").c_str());
+            char* end = nullptr;
+            const double v = std::strtod(argv[++i], &end);
+            if (end == argv[i] || *end != '\0' || !std::isfinite(v)) usage(("option " + a + ": not a number").c_str());
+            return v;
+        };
+        if (a == "--call-us")
+            s.call_s = value() * 1e-6;
+        else if (a == "--calls")
+            s.calls = static_cast<int>(value());
+        else if (a == "--busy")
+            s.busy = value();
+        else if (a == "--slowdown")
+            s.slowdown = value();
+        else if (a == "--model-error")
+            s.model_error = value();
+        else if (a == "--seeds")
+            s.seeds = static_cast<int>(value());
+        else if (a == "--random")
+            s.random = true;
+        else
+            usage(("unknown option " + a).c_str());
+    }
+    if (!(s.call_s > 0) || s.calls < 2 || s.busy < 0 || s.busy > 1 || s.slowdown < 1 || s.model_error < 1 ||
+        s.seeds < 1)
+        usage("--call-us > 0, --calls >= 2, --busy in [0, 1], --slowdown >= 1, --model-error >= 1, --seeds >= 1");
+    return s;
+}
+
+/// One seed: the fastest candidate's median time over the median of the last half of the planned calls.
+double run_seed(const settings& s, unsigned seed) {
+    using hitch::allreduce::detail::online_ranking;
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    constexpr int n = 7;
+    const double relative[n] = {1.0, 1.08, 1.15, 1.3, 1.5, 2.0, 3.0};
+    std::vector<int> order(n);
+    for (int c = 0; c < n; ++c) order[static_cast<std::size_t>(c)] = c;
+    std::shuffle(order.begin(), order.end(), gen);
+    online_ranking::times truth{};
+    truth.fill(-1.0);  // the eighth candidate (native) is not one here
+    for (int c = 0; c < n; ++c)
+        truth[static_cast<std::size_t>(order[static_cast<std::size_t>(c)])] = s.call_s * relative[c];
+    online_ranking::times predicted = truth;
+    for (int c = 0; c < n; ++c)
+        predicted[static_cast<std::size_t>(c)] *= std::exp((2 * u(gen) - 1) * std::log(s.model_error));
+    int pick = 0;
+    for (int c = 1; c < n; ++c)
+        if (predicted[static_cast<std::size_t>(c)] < predicted[static_cast<std::size_t>(pick)]) pick = c;
+
+    online_ranking ranking(predicted, pick);
+    const hitch::allreduce::detail::rerank_settings rs{};
+    constexpr double period_s = 0.02;
+    double clock = u(gen) * period_s;
+    std::vector<double> times;
+    times.reserve(static_cast<std::size_t>(s.calls));
+    for (int i = 0; i < s.calls; ++i) {
+        const online_ranking::step step = ranking.plan(rs);
+        double t = truth[static_cast<std::size_t>(step.pick)] * (1 + 0.03 * u(gen));
+        const bool loaded = s.random ? u(gen) < s.busy : std::fmod(clock, period_s) < s.busy * period_s;
+        if (loaded) t *= s.slowdown;
+        clock += t + 3 * s.call_s;
+        times.push_back(t);
+        if (step.timed) ranking.note(step.pick, t);
+        if (step.review) {
+            hitch::allreduce::detail::review_summary agreed = ranking.summary();
+            agreed.agreement_s = 0.5 * s.call_s;  // a review of 2 ranks costs about half a small call
+            ranking.review(agreed, rs, agreed.agreement_s);
+        }
+    }
+    std::vector<double> last(times.end() - s.calls / 2, times.end());
+    const auto mid = last.begin() + static_cast<std::ptrdiff_t>(last.size() / 2);
+    std::nth_element(last.begin(), mid, last.end());
+    return s.call_s * 1.015 / *mid;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const settings s = parse(argc, argv);
+    std::vector<double> ratios;
+    for (int seed = 0; seed < s.seeds; ++seed) ratios.push_back(run_seed(s, static_cast<unsigned>(seed)));
+    std::sort(ratios.begin(), ratios.end());
+    double sum = 0;
+    int below = 0;
+    for (double r : ratios) {
+        sum += r;
+        below += r < 0.9 ? 1 : 0;
+    }
+    std::printf(
+        "{\"bench\":\"rerank_sim\",\"call_us\":%g,\"calls\":%d,\"busy\":%g,\"slowdown\":%g,\"load\":\"%s\","
+        "\"model_error\":%g,\"seeds\":%d,\"mean\":%.3f,\"worst\":%.3f,\"p10\":%.3f,\"below_0_9\":%d}\n",
+        s.call_s * 1e6, s.calls, s.busy, s.slowdown, s.random ? "random" : "periodic", s.model_error, s.seeds,
+        sum / static_cast<double>(ratios.size()), ratios.front(), ratios[ratios.size() / 10], below);
+}
