@@ -85,6 +85,7 @@ struct settings {
     std::size_t max_bytes = std::size_t{64} << 20;
     int rounds = 11;
     double min_sample_ms = 2.0;
+    int warmup_calls = 32;
     bool gloo = true;
     std::string only;  // comma-separated impl names to run (empty: all)
 };
@@ -150,19 +151,29 @@ std::vector<figure> measure(const world& w, const settings& s, std::vector<impl>
         // from one call's time was set by whatever that call met: automatic's first calls of a size try its
         // runners-up, and one of them set a batch of ~75 calls of 4 KiB where recursive doubling got ~500: samples
         // of different lengths, which a load's bursts and the ranks' skew out of the barrier weigh differently.
+        // The warm-up runs automatic's first calls of the size (the model's pick, then each runner-up twice in
+        // turn) before the batch is sized: a block of them took 0.5 ms in fewer calls than the steady state's, and
+        // automatic's samples then held fewer calls than the others', each weighing the barrier's skew more.
         for (std::size_t k : members) {
-            for (int i = 0; i < 2; ++i) impls[k].run(buffer);
+            for (int i = 0; i < s.warmup_calls; ++i) impls[k].run(buffer);
+            // The batch holds min_sample_ms at the fastest rate a block ran: a block that met a load's burst stops
+            // the doubling early, and had left that impl with batches of a few calls, each weighing the barrier's
+            // skew out of a busy host many times (automatic at 0.27 of recursive doubling at 4 KiB, both of ~1 us).
             std::size_t calls = 1;
+            double fastest_call_s = 0;
             for (;;) {
                 std::fill(buffer.begin(), buffer.end(), seed);
                 w.barrier();
                 const auto start = clock_type::now();
                 for (std::size_t b = 0; b < calls; ++b) impls[k].run(buffer);
                 const double took = w.max_over_ranks(std::chrono::duration<double>(clock_type::now() - start).count());
+                const double per_call = took / static_cast<double>(calls);
+                fastest_call_s = fastest_call_s > 0 ? std::min(fastest_call_s, per_call) : per_call;
                 if (took >= s.min_sample_ms * 1e-3 || calls >= 2000) break;
                 calls = std::min<std::size_t>(2 * calls, 2000);
             }
-            batch[k] = calls;
+            const double wanted = std::ceil(s.min_sample_ms * 1e-3 / std::max(fastest_call_s, 1e-12));
+            batch[k] = static_cast<std::size_t>(std::clamp(wanted, 1.0, 2000.0));
         }
         // Each round runs the impls in its own order, the same on every rank (the generator's seed is the round):
         // a load that comes and goes with a period (a timer, a scheduler's slice) then falls on no impl more than on
@@ -604,6 +615,7 @@ int main(int argc, char** argv) {
     add_whole(app, "--rounds", s.rounds, "samples per impl and size (median reported)", 1, 1000);
     add_real(app, "--min-sample-ms", s.min_sample_ms, "small buffers are timed in batches of at least this",
              ex::real_range::closed(0.0, 1000.0));
+    add_whole(app, "--warmup-calls", s.warmup_calls, "calls of each impl before its batch is sized", 0, 100000);
     app.add_option("--only", s.only, "comma-separated impls to run (default all)");
     bool no_gloo = false;
     app.add_flag("--no-gloo", no_gloo, "skip Gloo");
