@@ -4,7 +4,8 @@
 // to `--model-error` either way; each call also takes up to 3% of jitter. A load busy `--busy` of every 20 ms (a
 // periodic one, as bench/duty_load.py runs beside hitch-bench-allreduce) multiplies the time of the calls that start
 // while it is busy by `--slowdown`; other work takes 3 calls' time between two calls (the benchmark's other impls).
-// `--random` makes each call meet the load with probability `--busy` instead.
+// `--random` makes each call meet the load with probability `--busy` instead. `--cold-runs N --cold-factor X`: each
+// candidate's first N runs take X times as long (fresh memory at a new size).
 //
 // The figure, per seed: the fastest candidate's time (with its median jitter) over the median of the last half of
 // the calls, which is what hitch-bench-allreduce's ratio measures; printed: the mean, the worst, the 10th
@@ -13,6 +14,7 @@
 //   hitch-bench-rerank-sim --call-us 3 --calls 20000 --busy 0.25 --slowdown 3
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +35,8 @@ struct settings {
     double model_error = 2.0;
     bool random = false;
     int seeds = 200;
+    int cold_runs = 0;         // each candidate's first runs at a size ...
+    double cold_factor = 1.0;  // ... take this many times as long (fresh memory, first use)
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -68,12 +72,18 @@ settings parse(int argc, char** argv) {
             s.seeds = static_cast<int>(value());
         else if (a == "--random")
             s.random = true;
+        else if (a == "--cold-runs")
+            s.cold_runs = static_cast<int>(value());
+        else if (a == "--cold-factor")
+            s.cold_factor = value();
         else
             usage(("unknown option " + a).c_str());
     }
     if (!(s.call_s > 0) || s.calls < 2 || s.busy < 0 || s.busy > 1 || s.slowdown < 1 || s.model_error < 1 ||
-        s.seeds < 1)
-        usage("--call-us > 0, --calls >= 2, --busy in [0, 1], --slowdown >= 1, --model-error >= 1, --seeds >= 1");
+        s.seeds < 1 || s.cold_runs < 0 || s.cold_factor < 1)
+        usage(
+            "--call-us > 0, --calls >= 2, --busy in [0, 1], --slowdown >= 1, --model-error >= 1, --seeds >= 1, "
+            "--cold-runs >= 0, --cold-factor >= 1");
     return s;
 }
 
@@ -104,9 +114,11 @@ double run_seed(const settings& s, unsigned seed) {
     double clock = u(gen) * period_s;
     std::vector<double> times;
     times.reserve(static_cast<std::size_t>(s.calls));
+    std::array<int, online_ranking::candidates> runs{};
     for (int i = 0; i < s.calls; ++i) {
         const online_ranking::step step = ranking.plan(rs);
         double t = truth[static_cast<std::size_t>(step.pick)] * (1 + 0.03 * u(gen));
+        if (runs[static_cast<std::size_t>(step.pick)]++ < s.cold_runs) t *= s.cold_factor;
         const bool loaded = s.random ? u(gen) < s.busy : std::fmod(clock, period_s) < s.busy * period_s;
         if (loaded) t *= s.slowdown;
         clock += t + 3 * s.call_s;
@@ -139,7 +151,9 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "{\"bench\":\"rerank_sim\",\"call_us\":%g,\"calls\":%d,\"busy\":%g,\"slowdown\":%g,\"load\":\"%s\","
-        "\"model_error\":%g,\"seeds\":%d,\"mean\":%.3f,\"worst\":%.3f,\"p10\":%.3f,\"below_0_9\":%d}\n",
-        s.call_s * 1e6, s.calls, s.busy, s.slowdown, s.random ? "random" : "periodic", s.model_error, s.seeds,
-        sum / static_cast<double>(ratios.size()), ratios.front(), ratios[ratios.size() / 10], below);
+        "\"model_error\":%g,\"cold_runs\":%d,\"cold_factor\":%g,\"seeds\":%d,\"mean\":%.3f,\"worst\":%.3f,"
+        "\"p10\":%.3f,\"below_0_9\":%d}\n",
+        s.call_s * 1e6, s.calls, s.busy, s.slowdown, s.random ? "random" : "periodic", s.model_error, s.cold_runs,
+        s.cold_factor, s.seeds, sum / static_cast<double>(ratios.size()), ratios.front(), ratios[ratios.size() / 10],
+        below);
 }

@@ -650,6 +650,47 @@ TEST_CASE("an online ranking weighs its first tries at once: the pick, the tries
     CHECK(r.view().current == 1);
 }
 
+TEST_CASE("an online ranking tries its runners-up once more a few calls after its first tries",
+          "[allreduce][automatic][rerank]") {
+    using detail::online_ranking;
+    online_ranking::times predicted{};
+    predicted.fill(-1.0);
+    predicted[0] = 5.0;  // the model's pick
+    predicted[1] = 6.0;  // within rerank_first_try_ratio of it: first tries
+    predicted[2] = 7.0;
+    online_ranking r(predicted, 0);
+    detail::rerank_settings settings{};
+    settings.explore_fraction = 0;  // only the tries leave the pick
+    const auto review = [&] {
+        detail::review_summary s = r.summary();
+        s.agreement_s = 1e-9;
+        r.review(s, settings, 1e-9);
+    };
+    const auto plan_and_note = [&](double t1) {
+        const online_ranking::step step = r.plan(settings);
+        if (step.timed) r.note(step.pick, step.pick == 1 ? t1 : predicted[static_cast<std::size_t>(step.pick)]);
+        if (step.review) review();
+        return step;
+    };
+    // The pick, then the tries twice each, then the pick: candidate 1's first runs meet fresh memory (3x).
+    std::vector<int> ran;
+    for (int i = 0; i < 6; ++i) ran.push_back(plan_and_note(18.0).pick);
+    CHECK(ran == std::vector<int>{0, 1, 2, 1, 2, 0});
+    CHECK(r.view().current == 0);
+    // rerank_look_again_calls later, each runner-up runs once more, then the pick, timed, ending the window: this
+    // time candidate 1 runs at its own speed (4), is taken in full, and becomes the pick (these windows are one call
+    // long: at once, so the pick that ends the round is candidate 1).
+    ran.clear();
+    for (int i = 0; i < tuning::rerank_look_again_calls + 3; ++i) ran.push_back(plan_and_note(4.0).pick);
+    std::vector<int> want(static_cast<std::size_t>(tuning::rerank_look_again_calls) - 1, 0);
+    want.insert(want.end(), {1, 2, 1, 1});
+    CHECK(ran == want);
+    CHECK(r.view().current == 1);
+    CHECK(r.view().estimates[1] == Approx(4.0));
+    // No third round: with exploration off, the pick runs from now on.
+    for (int i = 0; i < 4 * tuning::rerank_look_again_calls; ++i) CHECK(plan_and_note(4.0).pick == 1);
+}
+
 TEST_CASE("an online ranking takes a faster window in full and a slower one damped and capped",
           "[allreduce][automatic][rerank]") {
     using detail::online_ranking;

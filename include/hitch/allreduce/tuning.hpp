@@ -111,6 +111,11 @@ inline constexpr double rerank_max_rise = 2.0;
 /// one's times: one try at a slow moment had left the fastest schedule at 64 MiB estimated at 3-4x its time (a run
 /// where automatic reached 0.85 of it), where at a few explorations per hundred calls it was not tried again.
 inline constexpr int rerank_first_try_rounds = 2;
+/// The first tries are repeated once (a round, then the pick timed and a review) this many calls after them: a
+/// size's first calls meet fresh memory, and in a simulation where each candidate's first two runs take 3x
+/// (hitch-bench-rerank-sim --call-us 13000 --calls 150 --busy 0 --cold-runs 2 --cold-factor 3) 66 of 200 seeds
+/// ended below 0.9 of the fastest without this round.
+inline constexpr int rerank_look_again_calls = 16;
 /// The first calls of a size try the runners-up predicted within this factor of the pick. A busy
 /// host made the profile's pick 1.3-1.35x slower than the fastest, and on dev-2c under a load average of 3.5 (other
 /// builds) MPI_Allreduce, predicted 2-4x slower than hitch's schedules at 4-64 MiB from a quiet profile, ran 1.1-2x

@@ -69,18 +69,26 @@ public:
 
     /// The candidate this call runs: the model's pick first, then the first tries (each runner-up in turn,
     /// rerank_first_try_rounds times) while any is left, then the current pick once more, timed, ending the window (so
-    /// the tries are weighed at once, not after a window as long as an unlucky first review makes it), else a runner-up
-    /// when the credit pays for it, else the current pick.
+    /// the tries are weighed at once, not after a window as long as an unlucky first review makes it); once more a
+    /// round of tries and the pick, rerank_look_again_calls later; else a runner-up when the credit pays for it, else
+    /// the current pick.
     [[nodiscard]] step plan(const rerank_settings& s) {
         int pick = current_;
         bool weigh_tries = false;
+        const std::size_t rounds = static_cast<std::size_t>(tuning::rerank_first_try_rounds) + (looked_again_ ? 1 : 0);
         if (!started_) {
             started_ = true;
-        } else if (next_try_ < static_cast<std::size_t>(tuning::rerank_first_try_rounds) * first_tries_.size()) {
+        } else if (next_try_ < rounds * first_tries_.size()) {
             pick = first_tries_[next_try_++ % first_tries_.size()];
         } else if (!first_tries_.empty() && !tries_weighed_) {
             tries_weighed_ = true;
             weigh_tries = true;
+        } else if (!first_tries_.empty() && !looked_again_ && ++calls_since_tries_ >= tuning::rerank_look_again_calls) {
+            // The first tries of a size may all have met its first calls' fresh memory: at 64 MiB the runners-up
+            // stood at 3-4x their times where a few explorations per hundred calls did not correct them.
+            looked_again_ = true;
+            tries_weighed_ = false;
+            pick = first_tries_[next_try_++ % first_tries_.size()];
         } else if (s.explore_fraction > 0) {
             credit_ += s.explore_fraction * estimate_[at(current_)];
             // No exploration is charged less than its minimum share: most calls stop here, without the scan.
@@ -217,7 +225,9 @@ private:
     std::array<std::vector<double>, candidates> window_;
     std::vector<int> first_tries_;
     std::size_t next_try_ = 0;
-    bool tries_weighed_ = false;  // the review after the first tries has been planned
+    bool tries_weighed_ = false;  // the review after the last round of tries has been planned
+    bool looked_again_ = false;   // the round of tries rerank_look_again_calls after the first has begun
+    int calls_since_tries_ = 0;
     bool started_ = false;
     int current_ = 0;
     std::atomic<int> last_{0};
