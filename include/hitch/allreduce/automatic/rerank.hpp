@@ -92,8 +92,8 @@ public:
         } else if (s.explore_fraction > 0) {
             credit_ += s.explore_fraction * estimate_[at(current_)];
             // No exploration is charged less than its minimum share: most calls stop here, without the scan.
-            if (credit_ < tuning::rerank_min_explore_share * estimate_[at(current_)]) {
-            } else if (const int c = next_runner_up(); c >= 0) {
+            const bool could_pay = credit_ >= tuning::rerank_min_explore_share * estimate_[at(current_)];
+            if (const int c = could_pay ? next_runner_up() : -1; c >= 0) {
                 const double cost = std::clamp(explore_estimate(c) - estimate_[at(current_)],
                                                tuning::rerank_min_explore_share * estimate_[at(current_)],
                                                tuning::rerank_max_explore_charge * estimate_[at(current_)]);
