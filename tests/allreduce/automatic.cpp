@@ -606,6 +606,20 @@ TEST_CASE("one thread calling automatic on many groups in turn gets each group's
     for (bool b : ok) CHECK(b);
 }
 
+namespace {
+
+/// Predicted times of candidates 0, 1 and 2; the others are not candidates here.
+detail::online_ranking::times three_candidates(double c0, double c1, double c2) {
+    detail::online_ranking::times t{};
+    t.fill(-1.0);
+    t[0] = c0;
+    t[1] = c1;
+    t[2] = c2;
+    return t;
+}
+
+}  // namespace
+
 TEST_CASE("an online ranking weighs its first tries at once: the pick, the tries, the pick timed, a review",
           "[allreduce][automatic][rerank]") {
     using detail::online_ranking;
@@ -646,18 +660,15 @@ TEST_CASE("an online ranking weighs its first tries at once: the pick, the tries
     CHECK(weighed.median[2] == 11.0);
     r.review(weighed, settings, 1e-6);
     // Candidate 1 (9) is faster than the pick (estimated 10, then 15 after its second window of 20, each window
-    // counted as at most twice the estimate): it becomes the pick, 4 calls after the first.
+    // counted as at most twice the estimate): it becomes the pick, 6 calls after the first.
     CHECK(r.view().current == 1);
 }
 
 TEST_CASE("an online ranking tries its runners-up once more a few calls after its first tries",
           "[allreduce][automatic][rerank]") {
     using detail::online_ranking;
-    online_ranking::times predicted{};
-    predicted.fill(-1.0);
-    predicted[0] = 5.0;  // the model's pick
-    predicted[1] = 6.0;  // within rerank_first_try_ratio of it: first tries
-    predicted[2] = 7.0;
+    // The model's pick (0), and two runners-up within rerank_first_try_ratio of it: first tries.
+    const online_ranking::times predicted = three_candidates(5.0, 6.0, 7.0);
     online_ranking r(predicted, 0);
     detail::rerank_settings settings{};
     settings.explore_fraction = 0;  // only the tries leave the pick
@@ -722,12 +733,8 @@ TEST_CASE("an online ranking takes a faster window in full and a slower one damp
 TEST_CASE("an online ranking explores a runner-up after one slow run as if it had not risen",
           "[allreduce][automatic][rerank]") {
     using detail::online_ranking;
-    online_ranking::times predicted{};
-    predicted.fill(-1.0);
-    predicted[0] = 1.0;   // the model's pick
-    predicted[1] = 10.0;  // beyond rerank_first_try_ratio x the pick: no first tries
-    predicted[2] = 12.0;
-    online_ranking r(predicted, 0);
+    // The model's pick (0), and two runners-up beyond rerank_first_try_ratio x it: no first tries.
+    online_ranking r(three_candidates(1.0, 10.0, 12.0), 0);
     const detail::rerank_settings settings{};
     const auto review = [&](int c, double median) {
         detail::review_summary s{};

@@ -252,8 +252,8 @@ private:
     using memo_type = detail::decision_memo<options_type>;
 
     /// What a call runs: the candidate (-1: measure first) and, when the size is re-ranked, its ranking and this
-    /// call's step in it. `memo` keeps the ranking alive through the call where this
-    /// thread's view of the group's slots (hot_view) may not.
+    /// call's step in it. `memo` keeps the ranking alive through the call where this thread's view of the group's
+    /// slots (hot_view) may not.
     struct pick_plan {
         int pick = -1;
         detail::online_ranking* online = nullptr;

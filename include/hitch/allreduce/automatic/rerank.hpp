@@ -192,12 +192,12 @@ public:
 private:
     [[nodiscard]] static std::size_t at(int c) noexcept { return static_cast<std::size_t>(c); }
     [[nodiscard]] bool available(int c) const noexcept { return predicted_[at(c)] >= 0; }
-    /// The runner-up the next exploration tries: on a promising turn the one with the lowest estimate, else the next
-    /// after the cursor, in turn, that is not the current pick; -1 when there is none.
     /// The estimate exploration weighs: the one before an unconfirmed rise (held_), else the estimate.
     [[nodiscard]] double explore_estimate(int c) const noexcept {
         return held_[at(c)] > 0 ? held_[at(c)] : estimate_[at(c)];
     }
+    /// The runner-up the next exploration tries: on a promising turn the one with the lowest estimate, else the next
+    /// after the cursor, in turn, that is not the current pick; -1 when there is none.
     [[nodiscard]] int next_runner_up() noexcept {
         // Every other exploration goes to the most promising runner-up (the lowest estimate), the others to each
         // in turn: a runner-up that may well be faster is checked often, and none is left untried for long.
