@@ -759,3 +759,48 @@ TEST_CASE("an online ranking explores a runner-up after one slow run as if it ha
     }
     CHECK(explored == 1);
 }
+
+TEST_CASE("an online ranking runs a runner-up once before leaving a pick that turned slower than its last run",
+          "[allreduce][automatic][rerank]") {
+    using detail::online_ranking;
+    const detail::rerank_settings settings{};
+    // The model's pick (0) and two runners-up beyond rerank_first_try_ratio x it: no first tries. The pick runs at
+    // 4, an exploration finds candidate 1 at 5.
+    const auto ranking = [&] {
+        auto r = std::make_unique<online_ranking>(three_candidates(4.0, 20.0, 24.0), 0);
+        REQUIRE(r->plan(settings).pick == 0);
+        return r;
+    };
+    const auto review = [&](online_ranking& r, int c, double median) {
+        detail::review_summary s{};
+        s.median[static_cast<std::size_t>(c)] = median;
+        s.agreement_s = 1e-6;
+        r.review(s, settings, 1e-6);
+    };
+    SECTION("the whole host slowed down: the runner-up is as slow, and the pick stays") {
+        auto r = ranking();
+        review(*r, 0, 4.0);
+        review(*r, 1, 5.0);
+        // The pick's window takes twice as long: its estimate rises half way (4 -> 6), past candidate 1's 5, which
+        // was measured before. The ranking does not switch on that old time: the next call runs candidate 1, timed,
+        // and ends its window.
+        review(*r, 0, 8.0);
+        CHECK(r->view().estimates[0] == Approx(6.0));
+        CHECK(r->view().current == 0);
+        const online_ranking::step step = r->plan(settings);
+        CHECK((step.pick == 1 && step.timed && step.review));
+        review(*r, 1, 10.0);  // twice as long too (5 -> 7.5)
+        CHECK(r->view().current == 0);
+        CHECK(r->plan(settings).pick == 0);
+    }
+    SECTION("the pick slowed on its own: the runner-up is as fast as before and replaces it a call later") {
+        auto r = ranking();
+        review(*r, 0, 4.0);
+        review(*r, 1, 5.0);
+        review(*r, 0, 8.0);
+        CHECK(r->view().current == 0);
+        CHECK(r->plan(settings).pick == 1);
+        review(*r, 1, 5.0);
+        CHECK(r->view().current == 1);
+    }
+}
