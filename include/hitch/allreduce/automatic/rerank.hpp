@@ -78,12 +78,6 @@ public:
         const std::size_t rounds = static_cast<std::size_t>(tuning::rerank_first_try_rounds) + (looked_again_ ? 1 : 0);
         if (!started_) {
             started_ = true;
-        } else if (confirm_ >= 0) {
-            // A runner-up about to replace a pick that turned slower, on a time measured before: run it now and
-            // weigh at once (review() says why).
-            pick = confirm_;
-            confirm_ = -1;
-            weigh_tries = true;
         } else if (next_try_ < rounds * first_tries_.size()) {
             pick = first_tries_[next_try_++ % first_tries_.size()];
         } else if (!first_tries_.empty() && !tries_weighed_) {
@@ -164,11 +158,8 @@ public:
             // A faster window is taken in full: only a candidate's own speed makes it fast, while a slow window may
             // be a preempted rank or the first calls of a size (fresh buffers); one try at a quiet moment then
             // corrects an estimate that such a window raised.
-            const double was = e;
             e = measured_[at(c)] && m > e ? e + tuning::rerank_estimate_weight * (m - e) : m;
-            if (c == current_ && measured_[at(c)] && e > was) rose_at_ = reviews_;
             measured_[at(c)] = true;
-            measured_at_[at(c)] = reviews_;
         }
         // Not yet run: assume the model is as far off for them as it is for the current pick.
         if (measured_[at(current_)] && predicted_[at(current_)] > 0) {
@@ -179,20 +170,7 @@ public:
         int best = current_;
         for (int c = 0; c < candidates; ++c)
             if (available(c) && estimate_[at(c)] < estimate_[at(best)]) best = c;
-        if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) {
-            // The pick turned slower since the runner-up last ran: a host that slowed down slows the runner-up too,
-            // and switching on its old time would only move to a schedule as slow (then the next, a few calls each:
-            // on dev-2c at 16-64 MiB every schedule of hitch's transport ran 3-4x slower for a while). Run it once
-            // first (plan() does, in the next call) and weigh the two on times of the same moment; a pick slowed on
-            // its own is still left within a call more.
-            if (measured_at_[at(best)] < rose_at_) {
-                confirm_ = best;
-            } else {
-                current_ = best;
-                rose_at_ = -1;
-            }
-        }
-        ++reviews_;
+        if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) current_ = best;
         const double allowed = tuning::rerank_review_overhead * std::max(estimate_[at(current_)], 1e-12);
         // Short calls may take windows longer than their review's cost asks, up to rerank_window_span_s of calls:
         // a 4 KiB all-reduce's review every ~60 calls still cost ~2% of their time.
@@ -261,16 +239,6 @@ private:
     int stride_ = 1;                  // every stride_-th call of the current pick in a window is timed
     int until_sample_ = 1;            // calls until the next timed one (1: this one)
     double fastest_agreement_s_ = 0;  // this rank's fastest review so far (0: none yet)
-    int reviews_ = 0;                 // reviews so far
-    std::array<int, candidates> measured_at_ = filled(-1);  // the review that last measured each candidate (-1: none)
-    int rose_at_ = -1;  // the last review that raised the current pick's estimate (-1: none since it became the pick)
-    int confirm_ = -1;  // a runner-up the next call runs before the ranking may switch to it (-1: none)
-
-    [[nodiscard]] static constexpr std::array<int, candidates> filled(int v) noexcept {
-        std::array<int, candidates> a{};
-        a.fill(v);
-        return a;
-    }
 };
 
 }  // namespace hitch::allreduce::detail
