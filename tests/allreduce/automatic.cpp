@@ -759,3 +759,61 @@ TEST_CASE("an online ranking explores a runner-up after one slow run as if it ha
     }
     CHECK(explored == 1);
 }
+
+TEST_CASE("an online ranking that left hitch's schedules for native when they slowed tries them again soon",
+          "[allreduce][automatic][rerank]") {
+    using detail::online_ranking;
+    constexpr int native = online_ranking::candidates - 1;
+    // The model's pick (0) and native beyond rerank_first_try_ratio x it: no first tries.
+    online_ranking::times predicted{};
+    predicted.fill(-1.0);
+    predicted[0] = 1.0;
+    predicted[native] = 5.0;
+    online_ranking r(predicted, 0);
+    const detail::rerank_settings settings{};
+    // One call: its step, and the review it ends with the time `time_of` gives the candidate it ran.
+    const auto call = [&](const auto& time_of) {
+        const online_ranking::step step = r.plan(settings);
+        if (step.timed) r.note(step.pick, time_of(step.pick));
+        if (step.review) {
+            detail::review_summary s = r.summary();
+            s.agreement_s = 1e-6;
+            r.review(s, settings, 1e-6);
+        }
+        return step.pick;
+    };
+    const auto fast = [&](int c) { return c == native ? 5.0 : 1.0; };
+    const auto slow = [&](int c) { return c == native ? 5.0 : 20.0; };  // hitch's path slowed, native not
+    for (int i = 0; i < 5; ++i) CHECK(call(fast) == 0);
+    {  // an exploration measured native at its time
+        detail::review_summary s{};
+        s.median[native] = 5.0;
+        s.agreement_s = 1e-6;
+        r.review(s, settings, 1e-6);
+    }
+    // The slow phase: the pick's estimate rises (1.5x a window at most) until native is the pick.
+    int calls = 0;
+    while (r.view().current == 0 && calls < 20) {
+        call(slow);
+        ++calls;
+    }
+    REQUIRE(r.view().current == native);
+    // Its path is tried again after 2 calls, then 4, 8, 16: still slow, it stays with native meanwhile.
+    std::vector<int> probes;
+    for (int i = 1; i <= 30; ++i)
+        if (call(slow) == 0) probes.push_back(i);
+    CHECK(probes == std::vector<int>{2, 6, 14, 30});
+    CHECK(r.view().current == native);
+    // The phase ends: the next probe (16 calls on) finds the schedule fast, and it is the pick again.
+    int back = -1;
+    for (int i = 1; i <= 20 && back < 0; ++i) {
+        call(fast);
+        if (r.view().current == 0) back = i;
+    }
+    CHECK(back == 16);
+    // With the path taken back, no more probes: in 40 calls native runs only as the credit's exploration (the credit
+    // earned while native was the pick pays for one).
+    int natives = 0;
+    for (int i = 0; i < 40; ++i) natives += call(fast) == native ? 1 : 0;
+    CHECK(natives <= 1);
+}

@@ -89,6 +89,23 @@ public:
             looked_again_ = true;
             tries_weighed_ = false;
             pick = first_tries_[next_try_++ % first_tries_.size()];
+        } else if (path_left_ >= 0 && --probe_in_ <= 0) {
+            // The ranking left the path of hitch's schedules for native's (or back) because its pick slowed down:
+            // the best schedule of the path it left runs again at growing intervals, a few times, so the end of a
+            // slow phase is found within a few calls of it rather than at the next exploration.
+            probe_every_ = std::min(2 * probe_every_, tuning::rerank_path_probe_max_interval);
+            probe_in_ = probe_every_;
+            const int path = path_left_;
+            if (--probes_left_ <= 0) path_left_ = -1;
+            int best = -1;
+            for (int c = 0; c < candidates; ++c)
+                if (available(c) && c != current_ && same_path(c, path) &&
+                    (best < 0 || explore_estimate(c) < explore_estimate(best)))
+                    best = c;
+            if (best >= 0) {
+                pick = best;
+                weigh_tries = true;
+            }
         } else if (s.explore_fraction > 0) {
             credit_ += s.explore_fraction * estimate_[at(current_)];
             // No exploration is charged less than its minimum share: most calls stop here, without the scan.
@@ -137,6 +154,7 @@ public:
     /// all-gather of it took. The fastest of those so far is what a review costs: a slower one waited for a rank
     /// still in its all-reduce, or was preempted, and that time is not the review's (the next call would wait it).
     void review(const review_summary& agreed, const rerank_settings& s, double my_agreement_s) {
+        const double pick_was = estimate_[at(current_)];
         for (int c = 0; c < candidates; ++c) {
             double m = agreed.median[at(c)];
             if (m <= 0 || !available(c)) continue;
@@ -170,7 +188,23 @@ public:
         int best = current_;
         for (int c = 0; c < candidates; ++c)
             if (available(c) && estimate_[at(c)] < estimate_[at(best)]) best = c;
-        if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) current_ = best;
+        if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) {
+            if (!same_path(best, current_) && measured_[at(current_)] && estimate_[at(current_)] > pick_was &&
+                estimate_[at(current_)] >= tuning::rerank_path_probe_rise * pick_low_) {
+                // Left because the pick slowed: on dev-2c at 16-64 MiB hitch's transport ran 3-4x slower for a
+                // while, MPI_Allreduce not, and the ring found fast again only at an exploration in ~50 calls.
+                path_left_ = current_;
+                probe_every_ = tuning::rerank_path_probe_first_interval;
+                probe_in_ = probe_every_;
+                probes_left_ = tuning::rerank_path_probes;
+            } else if (path_left_ >= 0 && same_path(best, path_left_)) {
+                path_left_ = -1;
+            }
+            current_ = best;
+            pick_low_ = estimate_[at(current_)];
+        }
+        if (measured_[at(current_)])
+            pick_low_ = pick_low_ > 0 ? std::min(pick_low_, estimate_[at(current_)]) : estimate_[at(current_)];
         const double allowed = tuning::rerank_review_overhead * std::max(estimate_[at(current_)], 1e-12);
         // Short calls may take windows longer than their review's cost asks, up to rerank_window_span_s of calls:
         // a 4 KiB all-reduce's review every ~60 calls still cost ~2% of their time.
@@ -192,6 +226,11 @@ public:
 private:
     [[nodiscard]] static std::size_t at(int c) noexcept { return static_cast<std::size_t>(c); }
     [[nodiscard]] bool available(int c) const noexcept { return predicted_[at(c)] >= 0; }
+    /// Whether two candidates move their bytes on the same path: hitch's schedules through its transport, native
+    /// (the last candidate) through the communicator's own all-reduce.
+    [[nodiscard]] static bool same_path(int a, int b) noexcept {
+        return (a == candidates - 1) == (b == candidates - 1);
+    }
     /// The estimate exploration weighs: the one before an unconfirmed rise (held_), else the estimate.
     [[nodiscard]] double explore_estimate(int c) const noexcept {
         return held_[at(c)] > 0 ? held_[at(c)] : estimate_[at(c)];
@@ -239,6 +278,11 @@ private:
     int stride_ = 1;                  // every stride_-th call of the current pick in a window is timed
     int until_sample_ = 1;            // calls until the next timed one (1: this one)
     double fastest_agreement_s_ = 0;  // this rank's fastest review so far (0: none yet)
+    int path_left_ = -1;              // a candidate of the path left when its pick slowed (-1: none to probe)
+    int probe_every_ = 1;             // calls between two probes of that path, growing
+    int probe_in_ = 0;                // calls until the next probe
+    int probes_left_ = 0;             // probes before the path is left to the explorations
+    double pick_low_ = 0;             // the current pick's lowest estimate since it became the pick (0: none yet)
 };
 
 }  // namespace hitch::allreduce::detail
