@@ -97,12 +97,7 @@ public:
             probe_in_ = probe_every_;
             const int path = path_left_;
             if (--probes_left_ <= 0) path_left_ = -1;
-            int best = -1;
-            for (int c = 0; c < candidates; ++c)
-                if (available(c) && c != current_ && same_path(c, path) &&
-                    (best < 0 || explore_estimate(c) < explore_estimate(best)))
-                    best = c;
-            if (best >= 0) {
+            if (const int best = most_promising([path](int c) { return same_path(c, path); }); best >= 0) {
                 pick = best;
                 weigh_tries = true;
             }
@@ -235,18 +230,23 @@ private:
     [[nodiscard]] double explore_estimate(int c) const noexcept {
         return held_[at(c)] > 0 ? held_[at(c)] : estimate_[at(c)];
     }
+    /// The runner-up (available, not the current pick) that `admit` accepts with the lowest estimate exploration
+    /// weighs; -1 when there is none.
+    template <class Admit>
+    [[nodiscard]] int most_promising(Admit admit) const {
+        int best = -1;
+        for (int c = 0; c < candidates; ++c)
+            if (c != current_ && available(c) && admit(c) && (best < 0 || explore_estimate(c) < explore_estimate(best)))
+                best = c;
+        return best;
+    }
     /// The runner-up the next exploration tries: on a promising turn the one with the lowest estimate, else the next
     /// after the cursor, in turn, that is not the current pick; -1 when there is none.
     [[nodiscard]] int next_runner_up() noexcept {
         // Every other exploration goes to the most promising runner-up (the lowest estimate), the others to each
         // in turn: a runner-up that may well be faster is checked often, and none is left untried for long.
-        if (promising_turn_) {
-            int best = -1;
-            for (int c = 0; c < candidates; ++c)
-                if (c != current_ && available(c) && (best < 0 || explore_estimate(c) < explore_estimate(best)))
-                    best = c;
-            if (best >= 0) return best;
-        }
+        if (promising_turn_)
+            if (const int best = most_promising([](int) { return true; }); best >= 0) return best;
         for (int i = 0; i < candidates; ++i) {
             const int c = (cursor_ + i) % candidates;
             if (c != current_ && available(c)) {
