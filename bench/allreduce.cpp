@@ -159,7 +159,10 @@ std::vector<figure> measure(const world& w, const settings& s, std::vector<impl>
             // The batch holds min_sample_ms at the fastest rate a block ran: a block that met a load's burst stops
             // the doubling early, and had left that impl with batches of a few calls, each weighing the barrier's
             // skew out of a busy host many times (automatic at 0.27 of recursive doubling at 4 KiB, both of ~1 us).
+            // At least three blocks run: a first block of one call that met a burst took 0.5 ms and had stopped the
+            // doubling at once, leaving batches of one call (automatic at 0.31 of recursive doubling at 4 KiB).
             std::size_t calls = 1;
+            int blocks = 0;
             double fastest_call_s = 0;
             for (;;) {
                 std::fill(buffer.begin(), buffer.end(), seed);
@@ -169,7 +172,8 @@ std::vector<figure> measure(const world& w, const settings& s, std::vector<impl>
                 const double took = w.max_over_ranks(std::chrono::duration<double>(clock_type::now() - start).count());
                 const double per_call = took / static_cast<double>(calls);
                 fastest_call_s = fastest_call_s > 0 ? std::min(fastest_call_s, per_call) : per_call;
-                if (took >= s.min_sample_ms * 1e-3 || calls >= 2000) break;
+                ++blocks;
+                if ((took >= s.min_sample_ms * 1e-3 && blocks >= 3) || calls >= 2000) break;
                 calls = std::min<std::size_t>(2 * calls, 2000);
             }
             const double wanted = std::ceil(s.min_sample_ms * 1e-3 / std::max(fastest_call_s, 1e-12));

@@ -618,6 +618,40 @@ detail::online_ranking::times three_candidates(double c0, double c1, double c2) 
     return t;
 }
 
+/// One call of an online ranking: its step, the time `time_of(candidate)` gives when the step is timed, and the
+/// review the step ends with (the summary as this rank has it, a review of 1 us). Returns the candidate it ran.
+template <class TimeOf>
+int ranking_call(detail::online_ranking& r, const detail::rerank_settings& settings, const TimeOf& time_of) {
+    const detail::online_ranking::step step = r.plan(settings);
+    if (step.timed) r.note(step.pick, time_of(step.pick));
+    if (step.review) {
+        detail::review_summary s = r.summary();
+        s.agreement_s = 1e-6;
+        r.review(s, settings, 1e-6);
+    }
+    return step.pick;
+}
+
+/// Three schedules predicted far apart (no first tries) whose times on a quiet host are `quiet`; the model picks
+/// candidate 0.
+struct three_schedules {
+    std::array<double, 3> quiet;
+    detail::online_ranking r{three_candidates(1.0, 5.0, 6.0), 0};
+    detail::rerank_settings settings{};
+
+    /// One call on a host `factor` times slower than a quiet one; the candidate it ran.
+    int call(double factor) {
+        return ranking_call(r, settings, [&](int c) { return factor * quiet[static_cast<std::size_t>(c)]; });
+    }
+    /// A review of a window that measured these medians (0: the candidate did not run).
+    void measured(const std::array<double, 3>& medians) {
+        detail::review_summary s{};
+        for (std::size_t c = 0; c < medians.size(); ++c) s.median[c] = medians[c];
+        s.agreement_s = 1e-6;
+        r.review(s, settings, 1e-6);
+    }
+};
+
 }  // namespace
 
 TEST_CASE("an online ranking weighs its first tries at once: the pick, the tries, the pick timed, a review",
@@ -760,60 +794,112 @@ TEST_CASE("an online ranking explores a runner-up after one slow run as if it ha
     CHECK(explored == 1);
 }
 
-TEST_CASE("an online ranking that left hitch's schedules for native when they slowed tries them again soon",
+TEST_CASE("an online ranking that left its pick when it slowed tries it again soon, native or a schedule",
           "[allreduce][automatic][rerank]") {
     using detail::online_ranking;
-    constexpr int native = online_ranking::candidates - 1;
-    // The model's pick (0) and native beyond rerank_first_try_ratio x it: no first tries.
+    // The pick left for native (hitch's transport slowed, MPI's own all-reduce not: a phase of the host) or for
+    // another of hitch's schedules (a load's burst slowed the pick, and the runner-up's estimate was taken at a
+    // quieter moment): either way the pick it left is probed.
+    const int other = GENERATE(detail::online_ranking::candidates - 1, 1);
+    CAPTURE(other);
+    // The model's pick (0) and the other beyond rerank_first_try_ratio x it: no first tries.
     online_ranking::times predicted{};
     predicted.fill(-1.0);
     predicted[0] = 1.0;
-    predicted[native] = 5.0;
+    predicted[static_cast<std::size_t>(other)] = 5.0;
     online_ranking r(predicted, 0);
     const detail::rerank_settings settings{};
     // One call: its step, and the review it ends with the time `time_of` gives the candidate it ran.
-    const auto call = [&](const auto& time_of) {
-        const online_ranking::step step = r.plan(settings);
-        if (step.timed) r.note(step.pick, time_of(step.pick));
-        if (step.review) {
-            detail::review_summary s = r.summary();
-            s.agreement_s = 1e-6;
-            r.review(s, settings, 1e-6);
-        }
-        return step.pick;
-    };
-    const auto fast = [&](int c) { return c == native ? 5.0 : 1.0; };
-    const auto slow = [&](int c) { return c == native ? 5.0 : 20.0; };  // hitch's path slowed, native not
+    const auto call = [&](const auto& time_of) { return ranking_call(r, settings, time_of); };
+    const auto fast = [&](int c) { return c == other ? 5.0 : 1.0; };
+    const auto slow = [&](int c) { return c == other ? 5.0 : 20.0; };  // the pick slowed, the other not
     for (int i = 0; i < 5; ++i) CHECK(call(fast) == 0);
-    {  // an exploration measured native at its time
+    {  // an exploration measured the other at its time
         detail::review_summary s{};
-        s.median[native] = 5.0;
+        s.median[static_cast<std::size_t>(other)] = 5.0;
         s.agreement_s = 1e-6;
         r.review(s, settings, 1e-6);
     }
-    // The slow phase: the pick's estimate rises (1.5x a window at most) until native is the pick.
+    // The slow spell: the pick's estimate rises (1.5x a window at most) until the other is the pick.
     int calls = 0;
     while (r.view().current == 0 && calls < 20) {
         call(slow);
         ++calls;
     }
-    REQUIRE(r.view().current == native);
-    // Its path is tried again after 2 calls, then 4, 8, 16: still slow, it stays with native meanwhile.
+    REQUIRE(r.view().current == other);
+    // The pick it left is tried again after 2 calls, then 4, 8, 16: still slow, the other stays the pick.
     std::vector<int> probes;
     for (int i = 1; i <= 30; ++i)
         if (call(slow) == 0) probes.push_back(i);
     CHECK(probes == std::vector<int>{2, 6, 14, 30});
-    CHECK(r.view().current == native);
-    // The phase ends: the next probe (16 calls on) finds the schedule fast, and it is the pick again.
+    CHECK(r.view().current == other);
+    // The spell ends: the next probe (16 calls on) finds the pick fast, and it is the pick again.
     int back = -1;
     for (int i = 1; i <= 20 && back < 0; ++i) {
         call(fast);
         if (r.view().current == 0) back = i;
     }
     CHECK(back == 16);
-    // With the path taken back, no more probes: in 40 calls native runs only as the credit's exploration (the credit
-    // earned while native was the pick pays for one).
-    int natives = 0;
-    for (int i = 0; i < 40; ++i) natives += call(fast) == native ? 1 : 0;
-    CHECK(natives <= 1);
+    // Taken back, no more probes: in 40 calls the other runs only as the credit's exploration (the credit earned
+    // while it was the pick pays for one).
+    int others = 0;
+    for (int i = 0; i < 40; ++i) others += call(fast) == other ? 1 : 0;
+    CHECK(others <= 1);
+}
+
+TEST_CASE("an online ranking runs again, once each, the runners-up it measured while the host was far slower",
+          "[allreduce][automatic][rerank]") {
+    // In truth 1.0, 1.5 and 0.8 on a quiet host.
+    three_schedules t{{1.0, 1.5, 0.8}};
+    auto& r = t.r;
+    const auto call = [&](double factor) { return t.call(factor); };
+    // A slow phase of the host (every schedule 10x) from the first call: the pick is measured at 10, and a window
+    // of explorations measures candidate 1 at 15 and candidate 2 at 40 (its run also met a preempted rank).
+    REQUIRE(call(10.0) == 0);
+    t.measured({10.0, 15.0, 40.0});
+    REQUIRE(r.view().current == 0);
+    // The phase ends. The pick's next window takes its quiet time in full; the runners-up, measured when it ran
+    // 10x slower, run once each at once, the most promising first, and candidate 2 is found the fastest.
+    std::vector<int> ran;
+    for (int i = 0; i < 4; ++i) ran.push_back(call(1.0));
+    CHECK(ran == std::vector<int>{0, 1, 2, 2});
+    CHECK(r.view().current == 2);
+    CHECK(r.view().estimates[2] == Approx(0.8));
+    // Measured beside the host's speed now, they are not run again out of turn: in 40 calls, at most the credit's
+    // exploration.
+    int others = 0;
+    for (int i = 0; i < 40; ++i) others += call(1.0) != 2 ? 1 : 0;
+    CHECK(others <= 1);
+}
+
+TEST_CASE("an online ranking that switched twice in one slow spell probes the pick that was fastest before it",
+          "[allreduce][automatic][rerank]") {
+    // Three schedules, 1.0, 1.3 and 1.6, each runner-up measured once by an exploration; a burst slows all of them
+    // 20x, but a schedule's estimate rises only when it runs.
+    three_schedules t{{1.0, 1.3, 1.6}};
+    auto& r = t.r;
+    const auto call = [&](double factor) { return t.call(factor); };
+    for (int i = 0; i < 5; ++i) CHECK(call(1.0) == 0);
+    t.measured({0.0, 1.3, 1.6});
+    // The burst: the pick rises and gives way to candidate 1, which rises in turn; the ranking ends at candidate 2.
+    std::vector<int> picks;
+    for (int i = 0; i < 40 && r.view().current != 2; ++i) {
+        call(20.0);
+        if (picks.empty() || picks.back() != r.view().current) picks.push_back(r.view().current);
+    }
+    INFO("picks in the burst: " << Catch::Detail::stringify(picks));
+    REQUIRE(r.view().current == 2);
+    CHECK(picks.front() == 1);  // candidate 1 first, then (by way of the pick, risen less) candidate 2
+    // The burst ends. The probes go to candidate 0, the fastest before it (not to candidate 1, left last), and the
+    // first of them makes it the pick again.
+    int back = -1;
+    std::vector<int> ran;
+    for (int i = 1; i <= 20 && back < 0; ++i) {
+        ran.push_back(call(1.0));
+        if (r.view().current == 0) back = i;
+    }
+    INFO("ran after the burst: " << Catch::Detail::stringify(ran));
+    CHECK(back >= 1);
+    CHECK(back <= 2 * tuning::rerank_probe_first_interval);
+    CHECK(std::count(ran.begin(), ran.end(), 1) == 0);
 }

@@ -129,22 +129,24 @@ inline constexpr double rerank_min_explore_share = 0.5;
 /// at 64 KiB); charged in full, it paid for its next try only after ~1,400 calls, so it stayed wrong. A runner-up
 /// that really is much slower costs more than it is charged, but its tries are bounded by the credit.
 inline constexpr double rerank_max_explore_charge = 2.0;
-/// When the ranking leaves hitch's schedules for native (or native for them) because its pick slowed down, the best
-/// schedule of the path it left runs again this many calls later, then at twice the interval each time up to
-/// rerank_path_probe_max_interval, rerank_path_probes times in all. In a simulation of host phases that slow hitch's
-/// schedules 3.5x but not native (hitch-bench-rerank-sim --call-us 3000 --calls 150 --busy 0 --phase-calls 100
-/// --phase-factor 3.5 --native-ratio 2 --model-error 1.5), 18 seeds of 200 fell below 0.9 of the fastest with
-/// these probes, 27 without (57 and 78 with phases of ~30 calls); 4 probes gave 30.
-inline constexpr int rerank_path_probe_first_interval = 2;
+/// When the ranking leaves its pick because the pick slowed down, the pick it left runs again this many calls later,
+/// then at twice the interval each time up to rerank_probe_max_interval, rerank_probes times in all. Probing only
+/// when the switch crossed paths (hitch's schedules to native or back), 93 and 44 seeds of 200 fell below 0.9 of the
+/// fastest in simulations of a periodic load (hitch-bench-rerank-sim --call-us 13000 --calls 150 --busy 0.25
+/// --slowdown 5 --model-error 1.5; --call-us 300 --calls 140 --busy 0.25 --slowdown 3 --model-error 1.5), 18 and 0
+/// probing after every such switch; in host phases that slow hitch's schedules 3.5x but not native (--call-us 3000
+/// --calls 150 --busy 0 --phase-calls 30 --phase-factor 3.5 --native-ratio 2 --model-error 1.5), 57 and 42.
+inline constexpr int rerank_probe_first_interval = 2;
 /// ... when the pick it leaves had slowed to at least this many times its lowest estimate as the pick: a phase of
-/// the host, not the noise between two schedules of close times. At 1 MiB on dev-2c, where native and Rabenseifner
-/// are within 15%, probes after every switch found the runner-up at a lucky moment and took it back, and automatic
-/// fell to 0.87-0.89 of native in two runs of five (1.00 without the probes). In the simulation above 1.5 keeps
-/// the probes' gain (57 and 18 seeds below 0.9), 2.0 loses it (76 and 26): a pick 1.3x the fastest reaches
-/// native's 2x after a rise of 1.6x.
-inline constexpr double rerank_path_probe_rise = 1.5;
-inline constexpr int rerank_path_probe_max_interval = 16;
-inline constexpr int rerank_path_probes = 8;
+/// the host or a load's burst, not the noise between two schedules of close times. At 1 MiB on dev-2c, where native
+/// and Rabenseifner are within 15%, probes after every switch found the runner-up at a lucky moment and took it
+/// back, and automatic fell to 0.87-0.89 of native in two runs of five (1.00 without the probes). In the phases'
+/// simulation (phases of ~30 and ~100 calls) 1.5 kept the probes' gain (57 and 18 seeds below 0.9), 2.0 lost it (76
+/// and 26): a pick 1.3x the fastest reaches native's 2x after a rise of 1.6x. The same ratio marks a runner-up as
+/// measured when the host was far slower: the pick then ran this many times its time now.
+inline constexpr double rerank_probe_rise = 1.5;
+inline constexpr int rerank_probe_max_interval = 16;
+inline constexpr int rerank_probes = 8;
 
 // ---- the transport -----------------------------------------------------------------------------------------
 

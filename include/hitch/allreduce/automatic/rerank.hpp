@@ -2,7 +2,9 @@
 // automatic's online re-ranking: per call size, an estimate of each candidate's time from the measured times of
 // automatic's own calls, so a profile taken at a quiet moment or a busy one does not decide forever. Most calls run
 // the current pick; runners-up run on a budget of time (a credit of explore_fraction of the pick's estimate per
-// call pays for how much slower a runner-up is estimated to be), as an autotuner explores.
+// call pays for how much slower a runner-up is estimated to be), as an autotuner explores. Two events of the host
+// run a candidate out of turn: a pick left because it slowed is probed at growing intervals (the slow spell may end),
+// and a runner-up measured while the pick ran far slower than now runs once (its estimate is of a slower host).
 //
 // Every rank runs the same candidate in every call: a call's candidate is a function of agreed data only (the
 // estimates, the window's length, the credit) and of the call's index among the calls of its size, which is the
@@ -70,8 +72,9 @@ public:
     /// The candidate this call runs: the model's pick first, then the first tries (each runner-up in turn,
     /// rerank_first_try_rounds times) while any is left, then the current pick once more, timed, ending the window (so
     /// the tries are weighed at once, not after a window as long as an unlucky first review makes it); once more a
-    /// round of tries and the pick, rerank_look_again_calls later; else a runner-up when the credit pays for it, else
-    /// the current pick.
+    /// round of tries and the pick, rerank_look_again_calls later; else a probe of a pick left when it slowed, or a
+    /// runner-up measured when the host was far slower (each weighed at once); else a runner-up when the credit pays
+    /// for it, else the current pick.
     [[nodiscard]] step plan(const rerank_settings& s) {
         int pick = current_;
         bool weigh_tries = false;
@@ -89,18 +92,23 @@ public:
             looked_again_ = true;
             tries_weighed_ = false;
             pick = first_tries_[next_try_++ % first_tries_.size()];
-        } else if (path_left_ >= 0 && --probe_in_ <= 0) {
-            // The ranking left the path of hitch's schedules for native's (or back) because its pick slowed down:
-            // the best schedule of the path it left runs again at growing intervals, a few times, so the end of a
-            // slow phase is found within a few calls of it rather than at the next exploration.
-            probe_every_ = std::min(2 * probe_every_, tuning::rerank_path_probe_max_interval);
+        } else if (left_ >= 0 && --probe_in_ <= 0) {
+            // The ranking left its pick because the pick slowed down (a load's burst, a phase of the host): the
+            // estimates it compared were the pick's fresh, slow one against the runners-up's, taken at a faster
+            // moment. The pick it left runs again at growing intervals, a few times, so the end of the slow spell is
+            // found within a few calls of it rather than at the next exploration.
+            probe_every_ = std::min(2 * probe_every_, tuning::rerank_probe_max_interval);
             probe_in_ = probe_every_;
-            const int path = path_left_;
-            if (--probes_left_ <= 0) path_left_ = -1;
-            if (const int best = most_promising([path](int c) { return same_path(c, path); }); best >= 0) {
-                pick = best;
-                weigh_tries = true;
-            }
+            pick = left_;
+            if (--probes_left_ <= 0) left_ = -1;
+            weigh_tries = true;
+        } else if (stale_next_ >= 0) {
+            // The pick runs far faster than when this runner-up was last measured (a slow phase of the host has
+            // ended, or a burst that met its run): its estimate says little of it now, so it runs once, weighed at
+            // once, and each such runner-up in turn.
+            pick = stale_next_;
+            stale_next_ = -1;
+            weigh_tries = true;
         } else if (s.explore_fraction > 0) {
             credit_ += s.explore_fraction * estimate_[at(current_)];
             // No exploration is charged less than its minimum share: most calls stop here, without the scan.
@@ -174,6 +182,9 @@ public:
             e = measured_[at(c)] && m > e ? e + tuning::rerank_estimate_weight * (m - e) : m;
             measured_[at(c)] = true;
         }
+        // What the pick's estimate stood at when each candidate was measured: the host's speed then.
+        for (int c = 0; c < candidates; ++c)
+            if (agreed.median[at(c)] > 0 && available(c)) taken_at_[at(c)] = estimate_[at(current_)];
         // Not yet run: assume the model is as far off for them as it is for the current pick.
         if (measured_[at(current_)] && predicted_[at(current_)] > 0) {
             const double scale = estimate_[at(current_)] / predicted_[at(current_)];
@@ -184,22 +195,38 @@ public:
         for (int c = 0; c < candidates; ++c)
             if (available(c) && estimate_[at(c)] < estimate_[at(best)]) best = c;
         if (best != current_ && estimate_[at(best)] < (1 - s.switch_margin) * estimate_[at(current_)]) {
-            if (!same_path(best, current_) && measured_[at(current_)] && estimate_[at(current_)] > pick_was &&
-                estimate_[at(current_)] >= tuning::rerank_path_probe_rise * pick_low_) {
+            if (measured_[at(current_)] && estimate_[at(current_)] > pick_was &&
+                estimate_[at(current_)] >= tuning::rerank_probe_rise * pick_low_) {
                 // Left because the pick slowed: on dev-2c at 16-64 MiB hitch's transport ran 3-4x slower for a
-                // while, MPI_Allreduce not, and the ring found fast again only at an exploration in ~50 calls.
-                path_left_ = current_;
-                probe_every_ = tuning::rerank_path_probe_first_interval;
+                // while, MPI_Allreduce not; beside a load busy 5 ms in every 20 the ring rose 3.5x at 4 MiB and
+                // the binary tree, 1.4x its time, stayed the pick. A pick left in a chain of such switches (one
+                // slow spell) keeps the probes for the one whose time before it was lowest.
+                if (left_ < 0 || pick_low_ < left_low_) {
+                    left_ = current_;
+                    left_low_ = pick_low_;
+                }
+                probe_every_ = tuning::rerank_probe_first_interval;
                 probe_in_ = probe_every_;
-                probes_left_ = tuning::rerank_path_probes;
-            } else if (path_left_ >= 0 && same_path(best, path_left_)) {
-                path_left_ = -1;
+                probes_left_ = tuning::rerank_probes;
             }
+            if (best == left_) left_ = -1;  // back to it: nothing left to probe
+            // The host's speed in the new pick's time: what each candidate was measured beside, scaled.
+            const double to_new = estimate_[at(best)] / std::max(estimate_[at(current_)], 1e-12);
+            for (double& t : taken_at_) t *= to_new;
             current_ = best;
             pick_low_ = estimate_[at(current_)];
         }
         if (measured_[at(current_)])
             pick_low_ = pick_low_ > 0 ? std::min(pick_low_, estimate_[at(current_)]) : estimate_[at(current_)];
+        // A runner-up measured while the pick ran rerank_probe_rise times slower than it runs now is stale: the
+        // most promising of those runs in the next call. At 4 MiB on dev-2c a slow phase of the host (every
+        // all-reduce 3-10x) made native the pick with hitch's schedules measured at 2.4 ms; when it ended native ran
+        // at 0.9 ms, the ring at 0.36 ms, and the ranking, measuring only native, kept it.
+        const double now = estimate_[at(current_)];
+        stale_next_ = measured_[at(current_)] ? most_promising([&](int c) {
+            return measured_[at(c)] && taken_at_[at(c)] >= tuning::rerank_probe_rise * now;
+        })
+                                              : -1;
         const double allowed = tuning::rerank_review_overhead * std::max(estimate_[at(current_)], 1e-12);
         // Short calls may take windows longer than their review's cost asks, up to rerank_window_span_s of calls:
         // a 4 KiB all-reduce's review every ~60 calls still cost ~2% of their time.
@@ -221,11 +248,6 @@ public:
 private:
     [[nodiscard]] static std::size_t at(int c) noexcept { return static_cast<std::size_t>(c); }
     [[nodiscard]] bool available(int c) const noexcept { return predicted_[at(c)] >= 0; }
-    /// Whether two candidates move their bytes on the same path: hitch's schedules through its transport, native
-    /// (the last candidate) through the communicator's own all-reduce.
-    [[nodiscard]] static bool same_path(int a, int b) noexcept {
-        return (a == candidates - 1) == (b == candidates - 1);
-    }
     /// The estimate exploration weighs: the one before an unconfirmed rise (held_), else the estimate.
     [[nodiscard]] double explore_estimate(int c) const noexcept {
         return held_[at(c)] > 0 ? held_[at(c)] : estimate_[at(c)];
@@ -278,10 +300,13 @@ private:
     int stride_ = 1;                  // every stride_-th call of the current pick in a window is timed
     int until_sample_ = 1;            // calls until the next timed one (1: this one)
     double fastest_agreement_s_ = 0;  // this rank's fastest review so far (0: none yet)
-    int path_left_ = -1;              // a candidate of the path left when its pick slowed (-1: none to probe)
-    int probe_every_ = 1;             // calls between two probes of that path, growing
+    int left_ = -1;                   // the pick left when it slowed, probed (-1: none to probe)
+    double left_low_ = 0;             // its lowest estimate as the pick
+    int probe_every_ = 1;             // calls between two probes of it, growing
     int probe_in_ = 0;                // calls until the next probe
-    int probes_left_ = 0;             // probes before the path is left to the explorations
+    int probes_left_ = 0;             // probes before it is left to the explorations
+    times taken_at_{};                // the pick's estimate when each candidate was last measured
+    int stale_next_ = -1;             // a runner-up measured when the host was far slower, run next (-1: none)
     double pick_low_ = 0;             // the current pick's lowest estimate since it became the pick (0: none yet)
 };
 
