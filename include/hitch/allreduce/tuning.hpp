@@ -143,7 +143,8 @@ inline constexpr int rerank_probe_first_interval = 2;
 /// back, and automatic fell to 0.87-0.89 of native in two runs of five (1.00 without the probes). In the phases'
 /// simulation (phases of ~30 and ~100 calls) 1.5 kept the probes' gain (57 and 18 seeds below 0.9), 2.0 lost it (76
 /// and 26): a pick 1.3x the fastest reaches native's 2x after a rise of 1.6x. The same ratio marks a runner-up as
-/// measured when the host was far slower: the pick then ran this many times its time now.
+/// measured when the host was far slower: the pick then ran this many times its time now (the median of its last
+/// three windows, each time).
 inline constexpr double rerank_probe_rise = 1.5;
 inline constexpr int rerank_probe_max_interval = 16;
 inline constexpr int rerank_probes = 8;

@@ -182,9 +182,12 @@ public:
             e = measured_[at(c)] && m > e ? e + tuning::rerank_estimate_weight * (m - e) : m;
             measured_[at(c)] = true;
         }
-        // What the pick's estimate stood at when each candidate was measured: the host's speed then.
+        if (agreed.median[at(current_)] > 0)
+            pick_recent_[pick_windows_++ % pick_recent_.size()] = agreed.median[at(current_)];
+        // The host's speed beside each candidate's measurement: the median of the pick's last three windows (its
+        // estimate until it has three), which one lucky or preempted call of a large size does not move.
         for (int c = 0; c < candidates; ++c)
-            if (agreed.median[at(c)] > 0 && available(c)) taken_at_[at(c)] = estimate_[at(current_)];
+            if (agreed.median[at(c)] > 0 && available(c)) taken_at_[at(c)] = host_speed();
         // Not yet run: assume the model is as far off for them as it is for the current pick.
         if (measured_[at(current_)] && predicted_[at(current_)] > 0) {
             const double scale = estimate_[at(current_)] / predicted_[at(current_)];
@@ -210,9 +213,12 @@ public:
                 probes_left_ = tuning::rerank_probes;
             }
             if (best == left_) left_ = -1;  // back to it: nothing left to probe
-            // The host's speed in the new pick's time: what each candidate was measured beside, scaled.
-            const double to_new = estimate_[at(best)] / std::max(estimate_[at(current_)], 1e-12);
+            // The host's speed in the new pick's time: what each candidate was measured beside, scaled by the new
+            // pick's estimate over the host's speed in the old pick's time (its recent windows, not its estimate,
+            // which a slow spell raises only half way a window).
+            const double to_new = estimate_[at(best)] / std::max(host_speed(), 1e-12);
             for (double& t : taken_at_) t *= to_new;
+            pick_windows_ = 0;
             current_ = best;
             pick_low_ = estimate_[at(current_)];
         }
@@ -222,7 +228,7 @@ public:
         // most promising of those runs in the next call. At 4 MiB on dev-2c a slow phase of the host (every
         // all-reduce 3-10x) made native the pick with hitch's schedules measured at 2.4 ms; when it ended native ran
         // at 0.9 ms, the ring at 0.36 ms, and the ranking, measuring only native, kept it.
-        const double now = estimate_[at(current_)];
+        const double now = host_speed();
         stale_next_ = measured_[at(current_)] ? most_promising([&](int c) {
             return measured_[at(c)] && taken_at_[at(c)] >= tuning::rerank_probe_rise * now;
         })
@@ -248,6 +254,14 @@ public:
 private:
     [[nodiscard]] static std::size_t at(int c) noexcept { return static_cast<std::size_t>(c); }
     [[nodiscard]] bool available(int c) const noexcept { return predicted_[at(c)] >= 0; }
+    /// The host's speed in the current pick's time: the median of its last three windows, or its estimate until it
+    /// has three.
+    [[nodiscard]] double host_speed() const {
+        if (pick_windows_ < pick_recent_.size()) return estimate_[at(current_)];
+        std::array<double, 3> r = pick_recent_;
+        std::sort(r.begin(), r.end());
+        return r[1];
+    }
     /// The estimate exploration weighs: the one before an unconfirmed rise (held_), else the estimate.
     [[nodiscard]] double explore_estimate(int c) const noexcept {
         return held_[at(c)] > 0 ? held_[at(c)] : estimate_[at(c)];
@@ -297,17 +311,19 @@ private:
     double credit_ = 0;
     int calls_in_window_ = 0;
     int review_every_ = 1;
-    int stride_ = 1;                  // every stride_-th call of the current pick in a window is timed
-    int until_sample_ = 1;            // calls until the next timed one (1: this one)
-    double fastest_agreement_s_ = 0;  // this rank's fastest review so far (0: none yet)
-    int left_ = -1;                   // the pick left when it slowed, probed (-1: none to probe)
-    double left_low_ = 0;             // its lowest estimate as the pick
-    int probe_every_ = 1;             // calls between two probes of it, growing
-    int probe_in_ = 0;                // calls until the next probe
-    int probes_left_ = 0;             // probes before it is left to the explorations
-    times taken_at_{};                // the pick's estimate when each candidate was last measured
-    int stale_next_ = -1;             // a runner-up measured when the host was far slower, run next (-1: none)
-    double pick_low_ = 0;             // the current pick's lowest estimate since it became the pick (0: none yet)
+    int stride_ = 1;                       // every stride_-th call of the current pick in a window is timed
+    int until_sample_ = 1;                 // calls until the next timed one (1: this one)
+    double fastest_agreement_s_ = 0;       // this rank's fastest review so far (0: none yet)
+    int left_ = -1;                        // the pick left when it slowed, probed (-1: none to probe)
+    double left_low_ = 0;                  // its lowest estimate as the pick
+    int probe_every_ = 1;                  // calls between two probes of it, growing
+    int probe_in_ = 0;                     // calls until the next probe
+    int probes_left_ = 0;                  // probes before it is left to the explorations
+    times taken_at_{};                     // the host's speed (host_speed()) when each candidate was last measured
+    std::array<double, 3> pick_recent_{};  // the pick's last window medians, in turn
+    std::size_t pick_windows_ = 0;         // windows of the pick since it became the pick
+    int stale_next_ = -1;                  // a runner-up measured when the host was far slower, run next (-1: none)
+    double pick_low_ = 0;                  // the current pick's lowest estimate since it became the pick (0: none yet)
 };
 
 }  // namespace hitch::allreduce::detail
