@@ -851,25 +851,24 @@ TEST_CASE("an online ranking runs again, once each, the runners-up it measured w
           "[allreduce][automatic][rerank]") {
     // In truth 1.0, 1.5 and 0.8 on a quiet host.
     three_schedules t{{1.0, 1.5, 0.8}};
-    auto& r = t.r;
-    const auto call = [&](double factor) { return t.call(factor); };
+    const auto& r = t.r;
     // A slow phase of the host (every schedule 10x) from the first call: the pick is measured at 10, and a window
     // of explorations measures candidate 1 at 15 and candidate 2 at 40 (its run also met a preempted rank).
-    REQUIRE(call(10.0) == 0);
+    REQUIRE(t.call(10.0) == 0);
     t.measured({10.0, 15.0, 40.0});
     REQUIRE(r.view().current == 0);
     // The phase ends. The pick's windows take its quiet time in full; once the median of its last three says the
     // host runs 10x faster (the second quiet window: one lucky call would not), the runners-up, measured when it
     // ran 10x slower, run once each at once, the most promising first, and candidate 2 is found the fastest.
     std::vector<int> ran;
-    for (int i = 0; i < 4; ++i) ran.push_back(call(1.0));
+    for (int i = 0; i < 4; ++i) ran.push_back(t.call(1.0));
     CHECK(ran == std::vector<int>{0, 0, 1, 2});
     CHECK(r.view().current == 2);
     CHECK(r.view().estimates[2] == Approx(0.8));
     // Measured beside the host's speed now, they are not run again out of turn: in 40 calls, at most the credit's
     // exploration.
     int others = 0;
-    for (int i = 0; i < 40; ++i) others += call(1.0) != 2 ? 1 : 0;
+    for (int i = 0; i < 40; ++i) others += t.call(1.0) != 2 ? 1 : 0;
     CHECK(others <= 1);
 }
 
@@ -878,14 +877,13 @@ TEST_CASE("an online ranking that switched twice in one slow spell probes the pi
     // Three schedules, 1.0, 1.3 and 1.6, each runner-up measured once by an exploration; a burst slows all of them
     // 20x, but a schedule's estimate rises only when it runs.
     three_schedules t{{1.0, 1.3, 1.6}};
-    auto& r = t.r;
-    const auto call = [&](double factor) { return t.call(factor); };
-    for (int i = 0; i < 5; ++i) CHECK(call(1.0) == 0);
+    const auto& r = t.r;
+    for (int i = 0; i < 5; ++i) CHECK(t.call(1.0) == 0);
     t.measured({0.0, 1.3, 1.6});
     // The burst: the pick rises and gives way to candidate 1, which rises in turn; the ranking ends at candidate 2.
     std::vector<int> picks;
     for (int i = 0; i < 40 && r.view().current != 2; ++i) {
-        call(20.0);
+        t.call(20.0);
         if (picks.empty() || picks.back() != r.view().current) picks.push_back(r.view().current);
     }
     INFO("picks in the burst: " << Catch::Detail::stringify(picks));
@@ -896,7 +894,7 @@ TEST_CASE("an online ranking that switched twice in one slow spell probes the pi
     int back = -1;
     std::vector<int> ran;
     for (int i = 1; i <= 20 && back < 0; ++i) {
-        ran.push_back(call(1.0));
+        ran.push_back(t.call(1.0));
         if (r.view().current == 0) back = i;
     }
     INFO("ran after the burst: " << Catch::Detail::stringify(ran));

@@ -186,8 +186,9 @@ public:
             pick_recent_[pick_windows_++ % pick_recent_.size()] = agreed.median[at(current_)];
         // The host's speed beside each candidate's measurement: the median of the pick's last three windows (its
         // estimate until it has three), which one lucky or preempted call of a large size does not move.
+        const double host = host_speed();
         for (int c = 0; c < candidates; ++c)
-            if (agreed.median[at(c)] > 0 && available(c)) taken_at_[at(c)] = host_speed();
+            if (agreed.median[at(c)] > 0 && available(c)) taken_at_[at(c)] = host;
         // Not yet run: assume the model is as far off for them as it is for the current pick.
         if (measured_[at(current_)] && predicted_[at(current_)] > 0) {
             const double scale = estimate_[at(current_)] / predicted_[at(current_)];
