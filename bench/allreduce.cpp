@@ -17,9 +17,13 @@
 // Method: the impls run interleaved, round after round (each round in its own order), so machine noise falls on all
 // of them alike (Gloo runs in a second phase after the others at each size, because its TCP threads disturb
 // whatever runs next). A sample is one call (or, for small buffers, a batch of calls of at least --min-sample-ms,
-// 2 ms by default, divided by the batch) started after a barrier; its time is the slowest rank's. Each impl reports
-// the median over rounds. hitch's schedules run with the agreement check off (MPI and Gloo check nothing); the
-// check's own cost at 4 KiB is reported separately.
+// 2 ms by default, divided by the batch; and of at least --min-sample-calls calls) started after a barrier; its time
+// is the slowest rank's. Each impl reports the median over rounds. hitch's schedules run with the agreement check
+// off (MPI and Gloo check nothing); the check's own cost at 4 KiB is reported separately. `--twin NAME` runs one
+// schedule a second time as another impl, NAME_twin: the two medians differ only by the measurement's noise, which
+// bounds the ratios a run can resolve. Beside a load busy 5 ms in every 20, samples of one 64 MiB call put
+// binary_tree 0.79-0.94 of itself (hierarchical, on one node the same tree, as the twin), as each call met the
+// load's bursts differently; samples of 4 calls (--min-sample-calls 4) 0.96-1.00.
 // Every impl's result is verified on every rank against the exact sum before the figures are printed.
 //
 // --json prints one object per line:
@@ -49,6 +53,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -62,6 +67,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -85,9 +91,11 @@ struct settings {
     std::size_t max_bytes = std::size_t{64} << 20;
     int rounds = 11;
     double min_sample_ms = 2.0;
+    int min_sample_calls = 1;
     int warmup_calls = 32;
     bool gloo = true;
     std::string only;  // comma-separated impl names to run (empty: all)
+    std::string twin;  // a hitch schedule run a second time as "<name>_twin": the measurement's own resolution
 };
 
 /// What the measuring code needs from "the ranks": a barrier and the maximum of a value over ranks.
@@ -177,7 +185,8 @@ std::vector<figure> measure(const world& w, const settings& s, std::vector<impl>
                 calls = std::min<std::size_t>(2 * calls, 2000);
             }
             const double wanted = std::ceil(s.min_sample_ms * 1e-3 / std::max(fastest_call_s, 1e-12));
-            batch[k] = static_cast<std::size_t>(std::clamp(wanted, 1.0, 2000.0));
+            batch[k] = static_cast<std::size_t>(
+                std::clamp(std::max(wanted, static_cast<double>(s.min_sample_calls)), 1.0, 2000.0));
         }
         // Each round runs the impls in its own order, the same on every rank (the generator's seed is the round):
         // a load that comes and goes with a period (a timer, a scheduler's slice) then falls on no impl more than on
@@ -242,13 +251,15 @@ void add_hitch(std::vector<impl>& impls, const settings& s, ar::group<C>& g) {
     unchecked.check = false;
     const auto add = [&](auto schedule) {
         using S = decltype(schedule);
-        if (!wanted(s, std::string(S::name))) return;
-        impls.push_back({std::string(S::name),
-                         [&g, schedule, unchecked](std::span<float> data) {
-                             ar::allreduce(g, hitch::tensor_view<float>(data.data(), data.size()), ar::reduce_op::sum,
-                                           schedule, unchecked);
-                         },
-                         false, 0, S::name != "native"});
+        const std::string name(S::name);
+        if (!wanted(s, name)) return;
+        const auto run = [&g, schedule, unchecked](std::span<float> data) {
+            ar::allreduce(g, hitch::tensor_view<float>(data.data(), data.size()), ar::reduce_op::sum, schedule,
+                          unchecked);
+        };
+        impls.push_back({name, run, false, 0, S::name != "native"});
+        // The same schedule again, as another impl: how far apart two measurements of one thing land in this run.
+        if (s.twin == name) impls.push_back({name + "_twin", run, false, 0, S::name != "native"});
     };
     add(ar::ring{});
     add(ar::recursive_doubling{});
@@ -619,14 +630,25 @@ int main(int argc, char** argv) {
     add_whole(app, "--rounds", s.rounds, "samples per impl and size (median reported)", 1, 1000);
     add_real(app, "--min-sample-ms", s.min_sample_ms, "small buffers are timed in batches of at least this",
              ex::real_range::closed(0.0, 1000.0));
+    add_whole(app, "--min-sample-calls", s.min_sample_calls,
+              "calls per sample at least (averaged): long calls each meet a load's bursts differently", 1, 2000);
     add_whole(app, "--warmup-calls", s.warmup_calls, "calls of each impl before its batch is sized", 0, 100000);
     app.add_option("--only", s.only, "comma-separated impls to run (default all)");
+    app.add_option("--twin", s.twin,
+                   "also run this hitch schedule as NAME_twin, a second impl: the measurement's resolution");
     bool no_gloo = false;
     app.add_flag("--no-gloo", no_gloo, "skip Gloo");
     // Every rank finds the same mistake before MPI starts; the launcher's rank 0 alone prints it.
     const bool speaks = ex::launcher_rank() == 0;
     try {
         app.parse(argc, argv);
+        static constexpr std::array<std::string_view, 8> schedules{
+            "ring",         "recursive_doubling", "rabenseifner", "binary_tree", "double_binary_tree",
+            "hierarchical", "parameter_server",   "native"};
+        if (!s.twin.empty() && std::find(schedules.begin(), schedules.end(), s.twin) == schedules.end())
+            throw ex::usage_error("--twin " + s.twin +
+                                  ": not one of hitch's schedules (ring, recursive_doubling, rabenseifner, "
+                                  "binary_tree, double_binary_tree, hierarchical, parameter_server, native)");
         if (s.min_bytes > s.max_bytes)
             throw ex::usage_error("--min-bytes " + std::to_string(s.min_bytes) + " is above --max-bytes " +
                                   std::to_string(s.max_bytes));

@@ -5,8 +5,10 @@
 
 For each run and size: automatic / fastest (the fastest impl's median time over automatic's; 1.00 when automatic is
 the fastest, the bound left out), and as a noise floor the same MPI call measured as two impls (native, hitch's
-wrapper of MPI_Allreduce, and mpi_allreduce, the benchmark calling it), the faster over the slower. Then how many
-sizes are within --within of the fastest in every run.
+wrapper of MPI_Allreduce, and mpi_allreduce, the benchmark calling it), the faster over the slower, and for a run
+with --twin NAME the schedule measured twice (NAME and NAME_twin), the faster over the slower: the resolution of
+the run's figures. The twin is not counted among the impls automatic is compared with. Then how many sizes are
+within --within of the fastest in every run.
 """
 import argparse
 import collections
@@ -38,11 +40,15 @@ def main():
     sizes = set()
     for path in args.runs:
         by_size = read(path)
-        ratios, noise = [], []
+        ratios, noise, twins = [], [], []
         for size in sorted(by_size):
             impls = by_size[size]
             sizes.add(size)
-            timed = {k: v for k, v in impls.items() if k != "bound"}
+            timed = {k: v for k, v in impls.items() if k != "bound" and not k.endswith("_twin")}
+            for k, v in impls.items():
+                if k.endswith("_twin") and k[: -len("_twin")] in impls:
+                    a = impls[k[: -len("_twin")]]
+                    twins.append(f"{label(size)} {min(a, v) / max(a, v):.2f}")
             if "automatic" not in timed:
                 ratios.append(f"{label(size)} -")
                 continue
@@ -56,6 +62,8 @@ def main():
         print(f"{path}: automatic / fastest: " + "; ".join(ratios))
         if noise:
             print(f"{path}: noise floor (native vs mpi_allreduce): " + "; ".join(noise))
+        if twins:
+            print(f"{path}: resolution (a schedule vs its twin): " + "; ".join(twins))
     runs = len(args.runs)
     every = [s for s in sorted(sizes) if met[s] == runs]
     print(f"within {args.within:.0%} of the fastest in all {runs} runs: {len(every)} of {len(sizes)} sizes")

@@ -107,6 +107,11 @@ inline constexpr double rerank_estimate_weight = 0.5;
 /// 16 KiB-1 MiB took 50-200x their usual time (a rank preempted for a time slice), and one such sample had made a
 /// candidate look too slow to try again for thousands of calls.
 inline constexpr double rerank_max_rise = 2.0;
+/// A window holding fewer than this many timed calls of the current pick raises its estimate only when the next
+/// window is slower too, and then by the lesser of the two. In hitch-bench-rerank-sim (200 seeds below 0.9 of the
+/// fastest), a periodic load at 13 ms calls 17 -> 6, per-call noise at 15 ms calls 16 -> 14 and 65 -> 49, phases
+/// of ~30 and ~100 calls 42 -> 37 and 17 -> 15, 500 us calls 2 -> 0; no row worse.
+inline constexpr std::size_t rerank_confirm_rise_samples = 3;
 /// The first calls of a size try the runners-up this many times each, in turn, and weigh the faster half of each
 /// one's times: one try at a slow moment had left the fastest schedule at 64 MiB estimated at 3-4x its time (a run
 /// where automatic reached 0.85 of it), where at a few explorations per hundred calls it was not tried again.

@@ -175,6 +175,18 @@ public:
             // Preemption only ever adds time: a window far slower than the estimate counts as at most
             // rerank_max_rise times it, so one preempted sample cannot bury a candidate; a lasting slowdown still
             // shows within a few windows, and a faster window counts in full.
+            // The pick's window of one or two calls (long calls) is one draw of a noisy host: beside a load busy
+            // 5 ms in every 20, a 16 MiB all-reduce took 2.5 or 6-9 ms by where it met the bursts, whatever the
+            // schedule, and every slow call raised the pick's estimate past a runner-up's fast one: the ranking
+            // switched back and forth between two schedules on every slow call. A slower such window waits for
+            // the next; while they stay slower, each counts as the lesser of it and the one before (every such
+            // window on every rank: the counts and medians are agreed).
+            if (c == current_ && measured_[at(c)] && window_[at(c)].size() < tuning::rerank_confirm_rise_samples) {
+                const double previous = pick_rise_;
+                pick_rise_ = slower ? m : 0;
+                if (slower && previous <= 0) continue;
+                if (slower) m = std::min(m, previous);
+            }
             if (e > 0) m = std::min(m, tuning::rerank_max_rise * e);
             // A faster window is taken in full: only a candidate's own speed makes it fast, while a slow window may
             // be a preempted rank or the first calls of a size (fresh buffers); one try at a quiet moment then
@@ -220,6 +232,7 @@ public:
             const double to_new = estimate_[at(best)] / std::max(host_speed(), 1e-12);
             for (double& t : taken_at_) t *= to_new;
             pick_windows_ = 0;
+            pick_rise_ = 0;
             current_ = best;
             pick_low_ = estimate_[at(current_)];
         }
@@ -323,6 +336,7 @@ private:
     times taken_at_{};                     // the host's speed (host_speed()) when each candidate was last measured
     std::array<double, 3> pick_recent_{};  // the pick's last window medians, in turn
     std::size_t pick_windows_ = 0;         // windows of the pick since it became the pick
+    double pick_rise_ = 0;                 // the pick's last short window, when slower than its estimate (0: none)
     int stale_next_ = -1;                  // a runner-up measured when the host was far slower, run next (-1: none)
     double pick_low_ = 0;                  // the current pick's lowest estimate since it became the pick (0: none yet)
 };
