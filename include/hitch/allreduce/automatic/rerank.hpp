@@ -172,21 +172,22 @@ public:
                 held_[at(c)] = e;
             else
                 held_[at(c)] = 0;
-            // Preemption only ever adds time: a window far slower than the estimate counts as at most
-            // rerank_max_rise times it, so one preempted sample cannot bury a candidate; a lasting slowdown still
-            // shows within a few windows, and a faster window counts in full.
             // The pick's window of one or two calls (long calls) is one draw of a noisy host: beside a load busy
             // 5 ms in every 20, a 16 MiB all-reduce took 2.5 or 6-9 ms by where it met the bursts, whatever the
             // schedule, and every slow call raised the pick's estimate past a runner-up's fast one: the ranking
             // switched back and forth between two schedules on every slow call. A slower such window waits for
             // the next; while they stay slower, each counts as the lesser of it and the one before (every such
             // window on every rank: the counts and medians are agreed).
-            if (c == current_ && measured_[at(c)] && window_[at(c)].size() < tuning::rerank_confirm_rise_samples) {
+            if (c == current_ && measured_[at(c)]) {
+                const bool short_and_slower = slower && window_[at(c)].size() < tuning::rerank_confirm_rise_samples;
                 const double previous = pick_rise_;
-                pick_rise_ = slower ? m : 0;
-                if (slower && previous <= 0) continue;
-                if (slower) m = std::min(m, previous);
+                pick_rise_ = short_and_slower ? m : 0;
+                if (short_and_slower && previous <= 0) continue;
+                if (short_and_slower) m = std::min(m, previous);
             }
+            // Preemption only ever adds time: a window far slower than the estimate counts as at most
+            // rerank_max_rise times it, so one preempted sample cannot bury a candidate; a lasting slowdown still
+            // shows within a few windows, and a faster window counts in full.
             if (e > 0) m = std::min(m, tuning::rerank_max_rise * e);
             // A faster window is taken in full: only a candidate's own speed makes it fast, while a slow window may
             // be a preempted rank or the first calls of a size (fresh buffers); one try at a quiet moment then
