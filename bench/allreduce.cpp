@@ -635,7 +635,7 @@ int main(int argc, char** argv) {
     add_whole(app, "--warmup-calls", s.warmup_calls, "calls of each impl before its batch is sized", 0, 100000);
     app.add_option("--only", s.only, "comma-separated impls to run (default all)");
     app.add_option("--twin", s.twin,
-                   "also run this hitch schedule as NAME_twin, a second impl: the measurement's resolution");
+                   "also run this hitch schedule (when it runs) as NAME_twin, a second impl: the run's resolution");
     bool no_gloo = false;
     app.add_flag("--no-gloo", no_gloo, "skip Gloo");
     // Every rank finds the same mistake before MPI starts; the launcher's rank 0 alone prints it.
