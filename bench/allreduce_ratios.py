@@ -8,8 +8,9 @@ the fastest, the bound left out); native (hitch's wrapper of MPI's all-reduce) a
 calling MPI_Allreduce), the faster over the slower: with the agreement check off, as the benchmark runs hitch's
 schedules, native cannot know that every rank entered the call and polls MPI_Iallreduce against its deadline, which
 MPICH runs with other algorithms, so this is not the same call twice; and for a run with --twin NAME the schedule
-measured twice (NAME and NAME_twin), the faster over the slower: the resolution of the run's figures. The twin is not counted among the impls automatic is compared with. Then how many sizes are
-within --within of the fastest in every run.
+measured twice (NAME and NAME_twin), the faster over the slower: the resolution of the run's figures (the twin is
+not counted among the impls automatic is compared with). Then how many sizes are within --within of the fastest in
+every run.
 """
 import argparse
 import collections
@@ -47,8 +48,8 @@ def main():
             sizes.add(size)
             timed = {k: v for k, v in impls.items() if k != "bound" and not k.endswith("_twin")}
             for k, v in impls.items():
-                if k.endswith("_twin") and k[: -len("_twin")] in impls:
-                    a = impls[k[: -len("_twin")]]
+                a = impls.get(k.removesuffix("_twin")) if k.endswith("_twin") else None
+                if a is not None:
                     twins.append(f"{label(size)} {min(a, v) / max(a, v):.2f}")
             if "automatic" not in timed:
                 ratios.append(f"{label(size)} -")
