@@ -912,30 +912,3 @@ TEST_CASE("an online ranking that switched twice in one slow spell probes the pi
     CHECK(back <= 2 * tuning::rerank_probe_first_interval);
     CHECK(std::count(ran.begin(), ran.end(), 1) == 0);
 }
-
-TEST_CASE("an online ranking on a host that scatters long calls ranks by each candidate's typical window",
-          "[allreduce][automatic][rerank]") {
-    using detail::online_ranking;
-    // Candidate 0, the model's pick, takes 7, 13 and 10 in turn (a load meets each call differently: typically 10);
-    // candidate 1, a first try, takes 9 or `steady` every time. Candidate 2 is far slower; nothing is explored.
-    const auto run = [](double steady) {
-        online_ranking r(three_candidates(1.0, 1.0, 100.0), 0);
-        detail::rerank_settings settings{};
-        settings.explore_fraction = 0;
-        int runs_of_0 = 0;
-        const double scattered[3] = {7.0, 13.0, 10.0};
-        for (int i = 0; i < 40; ++i)
-            ranking_call(r, settings, [&](int c) { return c == 0 ? scattered[runs_of_0++ % 3] : steady; });
-        return r.view();
-    };
-    // Taking each faster window in full had held candidate 0's estimate near its luckiest calls (7-8.5), below 9:
-    // candidate 0 stayed the pick though candidate 1 is 10% faster than its typical call. Its windows scatter by far
-    // more than tuning::rerank_noisy_spread, so it is estimated by their median, 10, and candidate 1 takes over.
-    const online_ranking::standing faster = run(9.0);
-    CHECK(faster.current == 1);
-    CHECK(faster.estimates[1] == Approx(9.0));
-    // A steady candidate slower than the pick's typical call does not: the median holds the pick at 10.
-    const online_ranking::standing slower = run(10.6);
-    CHECK(slower.current == 0);
-    CHECK(slower.estimates[0] == Approx(10.0));
-}

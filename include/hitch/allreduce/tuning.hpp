@@ -153,22 +153,6 @@ inline constexpr int rerank_probe_first_interval = 2;
 inline constexpr double rerank_probe_rise = 1.5;
 inline constexpr int rerank_probe_max_interval = 16;
 inline constexpr int rerank_probes = 8;
-/// A host whose load meets each long call differently scatters the calls' times far more than candidates differ
-/// (beside a load busy 5 ms in every 20, 16 MiB all-reduces took 2.5 or 6-9 ms, whatever the schedule): estimates
-/// that take a faster window in full then follow each candidate's luckiest calls, and the pick, measured most often,
-/// looks the fastest. When the pick's windows since it became the pick (the last rerank_spread_windows, at least
-/// rerank_spread_min_windows) scatter by more than rerank_noisy_spread (a standard deviation of their logarithms,
-/// from the median absolute deviation, which a minority of slow windows does not move), each candidate measured in
-/// at least rerank_typical_min_windows windows is estimated by the median of its last rerank_typical_windows
-/// windows. In hitch-bench-rerank-sim (1,000 seeds below 0.9 of the fastest): per-call noise 0.3 at 15 ms calls
-/// beside a periodic load 243 -> 206, the same without the load 285 -> 220, noise 0.2 65 -> 58, a periodic load at
-/// 13 ms calls 22 -> 5; the host's phases (one level, then another: the median absolute deviation stays small) and
-/// short calls (windows of many calls, whose medians hardly scatter) unchanged.
-inline constexpr double rerank_noisy_spread = 0.05;
-inline constexpr std::size_t rerank_spread_windows = 8;
-inline constexpr std::size_t rerank_spread_min_windows = 5;
-inline constexpr std::size_t rerank_typical_windows = 16;
-inline constexpr std::size_t rerank_typical_min_windows = 3;
 
 // ---- the transport -----------------------------------------------------------------------------------------
 

@@ -195,11 +195,6 @@ public:
             e = measured_[at(c)] && m > e ? e + tuning::rerank_estimate_weight * (m - e) : m;
             measured_[at(c)] = true;
         }
-        log_windows(agreed);
-        if (pick_spread() > tuning::rerank_noisy_spread)
-            for (int c = 0; c < candidates; ++c)
-                if (available(c) && logged_count_[at(c)] >= tuning::rerank_typical_min_windows)
-                    estimate_[at(c)] = std::exp(logged_median(c, tuning::rerank_typical_windows));
         if (agreed.median[at(current_)] > 0)
             pick_recent_[pick_windows_++ % pick_recent_.size()] = agreed.median[at(current_)];
         // The host's speed beside each candidate's measurement: the median of the pick's last three windows (its
@@ -272,8 +267,6 @@ public:
     [[nodiscard]] standing view() const { return {estimate_, current_, last(), review_every_}; }
 
 private:
-    using logged_windows = std::array<double, tuning::rerank_typical_windows>;
-
     [[nodiscard]] static std::size_t at(int c) noexcept { return static_cast<std::size_t>(c); }
     [[nodiscard]] bool available(int c) const noexcept { return predicted_[at(c)] >= 0; }
     /// The host's speed in the current pick's time: the median of its last three windows, or its estimate until it
@@ -283,39 +276,6 @@ private:
         std::array<double, 3> r = pick_recent_;
         std::sort(r.begin(), r.end());
         return r[1];
-    }
-    /// Keeps the logarithm of each candidate's agreed window median, the last rerank_typical_windows of each.
-    void log_windows(const review_summary& agreed) {
-        for (int c = 0; c < candidates; ++c)
-            if (agreed.median[at(c)] > 0 && available(c))
-                logged_[at(c)][logged_count_[at(c)]++ % logged_[at(c)].size()] = std::log(agreed.median[at(c)]);
-    }
-    /// Candidate c's last k logged windows (at most as many as it has), the latest first, into `out`; their count.
-    std::size_t last_logged(int c, std::size_t k, logged_windows& out) const {
-        const std::size_t n = std::min({k, logged_count_[at(c)], out.size()});
-        for (std::size_t i = 0; i < n; ++i) out[i] = logged_[at(c)][(logged_count_[at(c)] - 1 - i) % out.size()];
-        return n;
-    }
-    /// The median of the first n of `v` (reordered).
-    [[nodiscard]] static double median_of(logged_windows& v, std::size_t n) {
-        std::sort(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
-        return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    }
-    /// The median of candidate c's last k logged windows (log seconds); it has at least one.
-    [[nodiscard]] double logged_median(int c, std::size_t k) const {
-        logged_windows v{};
-        return median_of(v, last_logged(c, k, v));
-    }
-    /// How far the pick's windows since it became the pick scatter (see tuning::rerank_noisy_spread): 1.4826 times
-    /// the median absolute deviation of their logarithms, the standard deviation of normal ones; 0 with too few.
-    [[nodiscard]] double pick_spread() const {
-        logged_windows v{};
-        const std::size_t n = last_logged(current_, std::min(tuning::rerank_spread_windows, pick_windows_), v);
-        if (n < tuning::rerank_spread_min_windows) return 0;
-        logged_windows d = v;
-        const double mid = median_of(v, n);
-        for (std::size_t i = 0; i < n; ++i) d[i] = std::abs(d[i] - mid);
-        return 1.4826 * median_of(d, n);
     }
     /// The estimate exploration weighs: the one before an unconfirmed rise (held_), else the estimate.
     [[nodiscard]] double explore_estimate(int c) const noexcept {
@@ -350,8 +310,6 @@ private:
 
     times predicted_;
     times estimate_;
-    std::array<logged_windows, candidates> logged_{};     // each candidate's last window medians, log seconds
-    std::array<std::size_t, candidates> logged_count_{};  // windows logged of each
     std::array<bool, candidates> measured_{};
     times held_{};  // a runner-up's estimate before an unconfirmed rise (its one slower run), 0: none
     std::array<std::vector<double>, candidates> window_;
