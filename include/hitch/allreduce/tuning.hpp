@@ -161,6 +161,24 @@ inline constexpr int rerank_probes = 8;
 /// within microseconds, and a yield hands the core away for a whole time slice. No figure recorded: set with the
 /// first polling wait (a806c64) and not tuned since.
 inline constexpr std::chrono::microseconds transport_spin_wait{50};
+/// The staged path's sender copies pieces of at least this many bytes into a pipe's slots either through the cache
+/// or streamed (non-temporal stores), whichever its timed copies of full slots find faster (allreduce/detail/
+/// slot_copier.hpp); smaller pieces always go through the cache, where a message's latency is lowest.
+inline constexpr std::size_t transport_stream_min_bytes = std::size_t{16} << 10;
+/// A pipe streams while its copies of a full slot through the cache take more than this many times its streamed
+/// ones. On dev-2c, per 64 KiB slot: through the cache 1.8-5.4 us when the two cores share a cache, 14.5-29.7 us when
+/// the host placed them on different dies; streamed 2.0-5.2 us either way.
+inline constexpr double transport_stream_ratio = 2.0;
+/// While streaming, every this-many-th full piece goes through the cache, to see whether the cores share a cache
+/// again (one such copy costs ~20 us on dev-2c across dies: ~5% of 128 streamed pieces' time) ...
+inline constexpr unsigned transport_cached_probe_every = 128;
+/// ... and while copying through the cache, every this-many-th is streamed, to keep that estimate current (a streamed
+/// piece costs the receiver a read from memory instead of the shared cache).
+inline constexpr unsigned transport_streamed_probe_every = 256;
+/// A slower timed copy moves its way's estimate this far towards it, counted as at most transport_copy_max_rise times
+/// the estimate (a faster one counts in full): one copy that met a preemption does not flip the pipe for long.
+inline constexpr double transport_copy_weight = 0.5;
+inline constexpr double transport_copy_max_rise = 4.0;
 
 // The cost model's defaults (before anything is measured) are in core/tuning.hpp, beside cost_constants.
 

@@ -40,6 +40,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "hitch/allreduce/detail/slot_copier.hpp"
 #include "hitch/allreduce/reduce_op.hpp"
 #include "hitch/allreduce/transport/mismatch.hpp"
 #include "hitch/comm/detail/node_memory.hpp"
@@ -262,6 +263,7 @@ private:
         std::array<std::deque<send_op*>, channels> queues;  // pending sends per channel, in post order
         std::uint64_t active = 0;                           // channels with pending sends
         int cursor = 0;
+        slot_copier copier;  // through the cache or streamed
         void clear() {
             for (std::uint64_t bits = active; bits != 0; bits &= bits - 1)
                 queues[static_cast<std::size_t>(std::countr_zero(bits))].clear();
@@ -358,7 +360,9 @@ private:
             const std::size_t offset = m.staged * layout_.slot_bytes;
             const std::size_t bytes = std::min(layout_.slot_bytes, m.bytes - std::min(offset, m.bytes));
             slot_header& h = o.pipe.headers[free_slot];
-            if (bytes != 0) std::memcpy(o.pipe.data + free_slot * layout_.slot_bytes, m.data + offset, bytes);
+            if (bytes != 0)
+                o.copier.copy(o.pipe.data + free_slot * layout_.slot_bytes, m.data + offset, bytes,
+                              bytes == layout_.slot_bytes);
             h.piece =
                 header_copy{call_, static_cast<std::uint32_t>(m.channel), m.type, m.index, m.bytes, offset, bytes};
             const std::uint64_t stamp = h.stamp.load(std::memory_order_relaxed) + 1;

@@ -1,0 +1,128 @@
+#pragma once
+// detail::slot_copier: how the staged path's sender copies a piece into a pipe's slot. The slot was last read by
+// the receiver, so its lines sit in the receiver's cache, and ordinary stores must first take each line back (a
+// read for ownership): cheap between two cores that share a last-level cache, but a cache-line round trip of
+// ~350 ns between cores on different dies (dev-2c, whose two virtual cores the host moves between such placements
+// for minutes at a time, measured 50-60 ns and 330-370 ns). There the sender staged ~2.3 GB/s instead of 11-16, and
+// every schedule of the staged path ran 3-5x slower while MPI_Allreduce did not. Non-temporal stores write whole
+// lines without reading them back (~13 GB/s in either placement), but leave the piece in memory, not in a cache
+// both cores share: where the cores share one, streaming every piece made the schedules 1.2-2x slower at 256 KiB -
+// 64 MiB. So each pipe times its copies of full slots both ways and takes the faster (tuning::transport_stream_*).
+//
+// Each rank chooses for its own outgoing pipes; the choice changes where the bytes go, never which bytes arrive.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "hitch/allreduce/tuning.hpp"
+#include "hitch/core/isa.hpp"
+
+#if HITCH_ISA_X86
+#include <emmintrin.h>
+#endif
+
+namespace hitch::allreduce::detail {
+
+/// Copies n bytes from src to dst with non-temporal stores where the processor has them (x86-64; dst 16-byte
+/// aligned), ending with a store fence, so the bytes are visible to other cores before anything the caller stores
+/// after it; else with memcpy. Returns whether it streamed.
+inline bool stream_copy(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
+#if HITCH_ISA_X86
+    if ((reinterpret_cast<std::uintptr_t>(dst) & 15) == 0) {
+        const std::size_t body = n & ~std::size_t{63};
+        for (std::size_t i = 0; i < body; i += 64) {
+            const auto* s = reinterpret_cast<const __m128i*>(src + i);
+            auto* d = reinterpret_cast<__m128i*>(dst + i);
+            const __m128i a = _mm_loadu_si128(s);
+            const __m128i b = _mm_loadu_si128(s + 1);
+            const __m128i c = _mm_loadu_si128(s + 2);
+            const __m128i e = _mm_loadu_si128(s + 3);
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d + 1, b);
+            _mm_stream_si128(d + 2, c);
+            _mm_stream_si128(d + 3, e);
+        }
+        std::memcpy(dst + body, src + body, n - body);
+        _mm_sfence();
+        return true;
+    }
+#endif
+    std::memcpy(dst, src, n);
+    return false;
+}
+
+/// Which way a pipe copies its full pieces: the policy of slot_copier, apart from the clock.
+class copy_chooser {
+public:
+    /// Whether the next full piece is streamed: the faster way by the estimates, or now and then the other way (the
+    /// first streamed piece after a few, then at tuning's intervals).
+    [[nodiscard]] bool next() noexcept {
+        const unsigned every = streaming_ ? tuning::transport_cached_probe_every
+                               : streamed_s_ > 0 ? tuning::transport_streamed_probe_every
+                                                 : first_probe_after;
+        if (++since_other_ < every) return streaming_;
+        since_other_ = 0;
+        return !streaming_;
+    }
+    /// A full piece took `seconds`, streamed or not. A faster copy counts in full (only the other core's hold on
+    /// the lines, or a preemption, makes a copy slow); a slower one moves the estimate part way, counted as at most
+    /// tuning::transport_copy_max_rise times it.
+    void took(bool streamed, double seconds) noexcept {
+        double& estimate = streamed ? streamed_s_ : cached_s_;
+        estimate = estimate > 0 && seconds > estimate
+                       ? estimate + tuning::transport_copy_weight *
+                                        (std::min(seconds, tuning::transport_copy_max_rise * estimate) - estimate)
+                       : seconds;
+        streaming_ = streamed_s_ > 0 && cached_s_ > tuning::transport_stream_ratio * streamed_s_;
+    }
+
+    /// Whether full pieces are streamed now; each way's time per full piece (0: not measured yet).
+    [[nodiscard]] bool streaming() const noexcept { return streaming_; }
+    [[nodiscard]] double cached_seconds() const noexcept { return cached_s_; }
+    [[nodiscard]] double streamed_seconds() const noexcept { return streamed_s_; }
+
+    /// Full pieces copied through the cache before the first streamed one.
+    static constexpr unsigned first_probe_after = 4;
+
+private:
+    double cached_s_ = 0;
+    double streamed_s_ = 0;
+    bool streaming_ = false;
+    unsigned since_other_ = 0;  // full pieces since the last one copied the other way
+};
+
+/// One outgoing pipe's way of copying pieces into its slots (see the file comment).
+class slot_copier {
+public:
+    /// Copies a piece of n bytes into a slot; `full`: it fills the slot (only those are timed: the same size each).
+    void copy(std::byte* dst, const std::byte* src, std::size_t n, bool full) noexcept {
+        if (n < tuning::transport_stream_min_bytes) {
+            std::memcpy(dst, src, n);
+            return;
+        }
+        if (!full) {
+            if (!chooser_.streaming() || !stream_copy(dst, src, n)) std::memcpy(dst, src, n);
+            return;
+        }
+        const bool stream = chooser_.next();
+        const auto start = std::chrono::steady_clock::now();
+        if (stream && stream_copy(dst, src, n)) {
+            chooser_.took(true, seconds_since(start));
+        } else {
+            std::memcpy(dst, src, n);
+            if (!stream) chooser_.took(false, seconds_since(start));  // else no streaming stores here to compare
+        }
+    }
+    [[nodiscard]] const copy_chooser& chooser() const noexcept { return chooser_; }
+
+private:
+    [[nodiscard]] static double seconds_since(std::chrono::steady_clock::time_point t) noexcept {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    }
+    copy_chooser chooser_;
+};
+
+}  // namespace hitch::allreduce::detail
