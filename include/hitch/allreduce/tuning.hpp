@@ -166,19 +166,18 @@ inline constexpr std::chrono::microseconds transport_spin_wait{50};
 /// slot_copier.hpp); smaller pieces always go through the cache, where a message's latency is lowest.
 inline constexpr std::size_t transport_stream_min_bytes = std::size_t{16} << 10;
 /// A pipe streams while its copies of a full slot through the cache take more than this many times its streamed
-/// ones. On dev-2c, per 64 KiB slot: through the cache 1.8-5.4 us when the two cores share a cache, 14.5-29.7 us when
-/// the host placed them on different dies; streamed 2.0-5.2 us either way.
-inline constexpr double transport_stream_ratio = 2.0;
+/// ones (compared in pairs of adjacent copies). On dev-2c, per 64 KiB slot: through the cache 1.8-5.4 us when the
+/// two cores share a cache, 14.5-29.7 us when the host placed them on different dies (5.4-13x the streamed copy of
+/// the same message); streamed 2.0-5.2 us either way. The sender's streamed copy is the cheaper half of its cost (the
+/// receiver then reads the piece from memory): from a source in the sender's cache a copy through a shared cache took
+/// ~2.5x a streamed one, and at 2.0 recursive doubling streamed at 64 KiB and ran 35% slower.
+inline constexpr double transport_stream_ratio = 4.0;
 /// While streaming, every this-many-th full piece goes through the cache, to see whether the cores share a cache
 /// again (one such copy costs ~20 us on dev-2c across dies: ~5% of 128 streamed pieces' time) ...
 inline constexpr unsigned transport_cached_probe_every = 128;
-/// ... and while copying through the cache, every this-many-th is streamed, to keep that estimate current (a streamed
-/// piece costs the receiver a read from memory instead of the shared cache).
+/// ... and while copying through the cache, every this-many-th is streamed (a streamed piece costs the receiver a
+/// read from memory instead of the shared cache).
 inline constexpr unsigned transport_streamed_probe_every = 256;
-/// A slower timed copy moves its way's estimate this far towards it, counted as at most transport_copy_max_rise times
-/// the estimate (a faster one counts in full): one copy that met a preemption does not flip the pipe for long.
-inline constexpr double transport_copy_weight = 0.5;
-inline constexpr double transport_copy_max_rise = 4.0;
 
 // The cost model's defaults (before anything is measured) are in core/tuning.hpp, beside cost_constants.
 
