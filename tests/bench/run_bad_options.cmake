@@ -1,4 +1,4 @@
-# ctest driver: each benchmark with bad option values. -DPROGRAM=allreduce|compress|optim -DEXE=... -DMPIEXEC=...
+# ctest driver: each benchmark with bad option values. -DPROGRAM=allreduce|compress|optim|core-latency -DEXE=... -DMPIEXEC=...
 # -DWORK=... A row is "option|value|phrase": the one stderr line must name the option and the value as typed, and
 # hold the phrase when there is one (what is accepted).
 cmake_policy(SET CMP0007 NEW)  # rows keep their empty last field
@@ -55,6 +55,10 @@ elseif(PROGRAM STREQUAL "optim")
            "--repeats|inf|whole number" "--threads|0|from 1 to 1024" "--threads|-2|" "--threads|two|is not a number"
            "--threads|${overflow}|from 1 to 1024" "--threads|1.5|whole number"
            "--isa|bogus|is not one of portable, avx2, avx512" "--isa|sse2|is not one of portable, avx2, avx512")
+elseif(PROGRAM STREQUAL "core-latency")
+  set(rows "--repeat|0|whole number >= 1" "--repeat|-2|" "--repeat|x|" "--repeat|1.5|" "--repeat|${overflow}|"
+           "--every-ms|-1|whole number >= 0" "--every-ms|soon|" "--cpus|0|two CPUs as A,B" "--cpus|1,1|two different"
+           "--cpus|0,x|two whole CPU numbers" "--cpus|0,99999|two whole CPU numbers below" "--cpus|0,1000|cannot run on both")
 else()
   message(FATAL_ERROR "unknown PROGRAM '${PROGRAM}'")
 endif()
@@ -84,6 +88,9 @@ set(fragments "--repeats")
 if(PROGRAM STREQUAL "allreduce")
   set(fragments "--rounds")
   expect_refused(${EXE} --rounds)
+elseif(PROGRAM STREQUAL "core-latency")
+  set(fragments "--repeat")
+  expect_refused(${EXE} --repeat)
 else()
   expect_refused(${EXE} --repeats)
 endif()
