@@ -101,8 +101,7 @@ double round_trip_ns(const settings& s) {
     std::thread echo([&] {
         pin(s.cpu_b);
         for (long i = 0; i < trips; ++i) {
-            while (line.value.load(std::memory_order_acquire) != 2 * i + 1) {
-            }
+            while (line.value.load(std::memory_order_acquire) != 2 * i + 1) {}
             line.value.store(2 * i + 2, std::memory_order_release);
         }
     });
@@ -110,8 +109,7 @@ double round_trip_ns(const settings& s) {
     const auto start = clock_type::now();
     for (long i = 0; i < trips; ++i) {
         line.value.store(2 * i + 1, std::memory_order_release);
-        while (line.value.load(std::memory_order_acquire) != 2 * i + 2) {
-        }
+        while (line.value.load(std::memory_order_acquire) != 2 * i + 2) {}
     }
     const double took = seconds_since(start);
     echo.join();
@@ -131,8 +129,7 @@ double pipe_GBs(const settings& s, bool streamed) {
     std::thread receiver([&] {
         pin(s.cpu_b);
         for (long i = 0; i < pieces; ++i) {
-            while (sent.value.load(std::memory_order_acquire) <= i) {
-            }
+            while (sent.value.load(std::memory_order_acquire) <= i) {}
             std::memcpy(sink.data(), ring + static_cast<std::size_t>(i) % slots * slot, slot);
             taken.value.store(i + 1, std::memory_order_release);
         }
@@ -140,8 +137,7 @@ double pipe_GBs(const settings& s, bool streamed) {
     pin(s.cpu_a);
     const auto start = clock_type::now();
     for (long i = 0; i < pieces; ++i) {
-        while (i - taken.value.load(std::memory_order_acquire) >= static_cast<long>(slots)) {
-        }
+        while (i - taken.value.load(std::memory_order_acquire) >= static_cast<long>(slots)) {}
         std::byte* to = ring + static_cast<std::size_t>(i) % slots * slot;
         if (!streamed || !hitch::allreduce::detail::stream_copy(to, source.data(), slot))
             std::memcpy(to, source.data(), slot);

@@ -170,7 +170,8 @@ inline constexpr std::size_t transport_stream_min_bytes = std::size_t{16} << 10;
 /// two cores share a cache, 14.5-29.7 us when the host placed them on different dies (5.4-13x the streamed copy of
 /// the same message); streamed 2.0-5.2 us either way. The sender's streamed copy is the cheaper half of its cost (the
 /// receiver then reads the piece from memory): from a source in the sender's cache a copy through a shared cache took
-/// ~2.5x a streamed one, and at 2.0 recursive doubling streamed at 64 KiB and ran 35% slower.
+/// ~2.5x a streamed one, and at 2.0 (with pairs brought forward when copies slowed) recursive doubling streamed at
+/// 64 KiB and ran 35% slower.
 inline constexpr double transport_stream_ratio = 4.0;
 /// While streaming, every this-many-th full piece goes through the cache, to see whether the cores share a cache
 /// again (one such copy costs ~20 us on dev-2c across dies: ~5% of 128 streamed pieces' time) ...
