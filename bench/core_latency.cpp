@@ -15,12 +15,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "../examples/trainer/option_values.hpp"
 #include "hitch/allreduce/detail/slot_copier.hpp"
 
 namespace {
@@ -34,50 +36,25 @@ struct settings {
     int every_ms = 1000;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-    std::fprintf(stderr, "hitch-bench-core-latency: %s (usage: [--cpus A,B] [--repeat N] [--every-ms T])\n",
-                 why.c_str());
-    std::exit(2);
-}
+namespace ex = hitch_examples;
 
-int whole(const char* text, const char* option, int lowest) {
-    char* end = nullptr;
-    const long v = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || v < lowest || v > 1000000)
-        usage(std::string(option) + " wants a whole number >= " + std::to_string(lowest) + ", not '" + text + "'");
-    return static_cast<int>(v);
-}
+const std::string program = "hitch-bench-core-latency";
+const std::string usage = "usage: " + program + " [--cpus A,B] [--repeat N] [--every-ms T]";
 
-settings parse(int argc, char** argv) {
-    settings s;
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (i + 1 >= argc) usage("unknown option or missing value: " + a);
-        const char* v = argv[++i];
-        if (a == "--cpus") {
-            const char* comma = std::strchr(v, ',');
-            if (comma == nullptr) usage(std::string("--cpus wants two CPUs as A,B, not '") + v + "'");
-            const std::string first(v, comma);
-            const auto cpu = [&](const char* text) {
-                char* end = nullptr;
-                const long c = std::strtol(text, &end, 10);
-                if (end == text || *end != '\0' || c < 0 || c >= CPU_SETSIZE)
-                    usage(std::string("--cpus wants two whole CPU numbers below ") + std::to_string(CPU_SETSIZE) +
-                          " as A,B, not '" + v + "'");
-                return static_cast<int>(c);
-            };
-            s.cpu_a = cpu(first.c_str());
-            s.cpu_b = cpu(comma + 1);
-            if (s.cpu_a == s.cpu_b) usage(std::string("--cpus wants two different CPUs, not '") + v + "'");
-        } else if (a == "--repeat") {
-            s.repeat = whole(v, "--repeat", 1);
-        } else if (a == "--every-ms") {
-            s.every_ms = whole(v, "--every-ms", 0);
-        } else {
-            usage("unknown option: " + a);
-        }
+/// The two CPUs of `--cpus A,B`; a refusal names the value as typed.
+void parse_cpus(std::string_view flag, std::string_view text, settings& s) {
+    const std::size_t comma = text.find(',');
+    if (comma == std::string_view::npos)
+        throw ex::usage_error(std::string(flag) + " wants two CPUs as A,B, not '" + ex::detail::shown(text) + "'");
+    try {
+        s.cpu_a = ex::parse_whole<int>(flag, text.substr(0, comma), 0, CPU_SETSIZE - 1);
+        s.cpu_b = ex::parse_whole<int>(flag, text.substr(comma + 1), 0, CPU_SETSIZE - 1);
+    } catch (const ex::usage_error&) {
+        throw ex::usage_error(std::string(flag) + " wants two whole CPU numbers below " + std::to_string(CPU_SETSIZE) +
+                              " as A,B, not '" + ex::detail::shown(text) + "'");
     }
-    return s;
+    if (s.cpu_a == s.cpu_b)
+        throw ex::usage_error(std::string(flag) + " wants two different CPUs, not '" + ex::detail::shown(text) + "'");
 }
 
 /// Pins the calling thread to `cpu`; false when the process may not run there.
@@ -153,11 +130,31 @@ double pipe_GBs(const settings& s, bool streamed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const settings s = parse(argc, argv);
+    settings s;
+    try {
+        for (int i = 1; i < argc; ++i) {
+            const std::string a = argv[i];
+            if (a == "--cpus") {
+                parse_cpus(a, ex::next_value(argc, argv, i), s);
+            } else if (a == "--repeat") {
+                s.repeat = ex::parse_whole(a, ex::next_value(argc, argv, i), 1, std::numeric_limits<int>::max());
+            } else if (a == "--every-ms") {
+                s.every_ms = ex::parse_whole(a, ex::next_value(argc, argv, i), 0, std::numeric_limits<int>::max());
+            } else if (a == "--help" || a == "-h") {
+                std::printf("%s\n", usage.c_str());
+                return 0;
+            } else {
+                throw ex::usage_error("unknown option '" + ex::detail::shown(a) + "' (--help lists the options)");
+            }
+        }
+    } catch (const ex::usage_error& e) {
+        ex::print_line(program, e.what());
+        return ex::exit_usage;
+    }
     if (!pin(s.cpu_b) || !pin(s.cpu_a)) {
-        std::fprintf(stderr, "hitch-bench-core-latency: --cpus %d,%d: cannot run on both (see nproc and taskset)\n",
-                     s.cpu_a, s.cpu_b);
-        return 2;
+        ex::print_line(program, "--cpus " + std::to_string(s.cpu_a) + "," + std::to_string(s.cpu_b) +
+                                    ": cannot run on both (see nproc and taskset)");
+        return ex::exit_usage;
     }
     for (int r = 0; r < s.repeat; ++r) {
         if (r > 0) std::this_thread::sleep_for(std::chrono::milliseconds(s.every_ms));

@@ -34,6 +34,14 @@ int run(copy_chooser& c, int pieces, double cached, double streamed) {
     return streamed_count;
 }
 
+/// `pieces` full pieces that `c` plans through the cache, each taking `seconds`.
+void copies_through_cache(copy_chooser& c, int pieces, double seconds) {
+    for (int i = 0; i < pieces; ++i) {
+        REQUIRE_FALSE(c.next());
+        c.took(false, seconds);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("stream_copy delivers memcpy's bytes at every length, source offset and destination alignment",
@@ -128,10 +136,7 @@ TEST_CASE("copies of a pair are weighed against the lesser of the current way's 
     REQUIRE_FALSE(c.streaming());
     // The next pair comes after every - 1 copies through the cache; the last of them met a preemption (1 ms). The
     // pair weighs the lesser of the last two (5 us), not the preempted one.
-    for (int i = 0; i < every - 2; ++i) {
-        REQUIRE_FALSE(c.next());
-        c.took(false, 5e-6);
-    }
+    copies_through_cache(c, every - 2, 5e-6);
     REQUIRE_FALSE(c.next());
     c.took(false, 1e-3);
     REQUIRE(c.next());
@@ -139,10 +144,7 @@ TEST_CASE("copies of a pair are weighed against the lesser of the current way's 
     CHECK_FALSE(c.streaming());
     CHECK(c.cached_seconds() == Approx(5e-6));
     // A streamed copy of a pair that met a preemption keeps the pipe as it is (copying through the cache).
-    for (int i = 0; i < every - 1; ++i) {
-        REQUIRE_FALSE(c.next());
-        c.took(false, 5e-6);
-    }
+    copies_through_cache(c, every - 1, 5e-6);
     REQUIRE(c.next());
     c.took(true, 1e-3);
     CHECK_FALSE(c.streaming());
@@ -152,4 +154,21 @@ TEST_CASE("copies of a pair are weighed against the lesser of the current way's 
     CHECK_FALSE(c.streaming());
     CHECK(run(c, every, 13e-6, 3e-6) == 1);
     CHECK(c.streaming());
+}
+
+TEST_CASE("a pipe times only the copies a pair weighs: the pair's, and the two before it", "[allreduce][staged]") {
+    copy_chooser c;
+    const int every = static_cast<int>(tuning::transport_streamed_probe_every);
+    std::vector<int> timed;
+    for (int i = 1; i <= static_cast<int>(copy_chooser::first_pair_after) + every; ++i) {
+        const bool s = c.next();
+        if (c.timed()) {
+            timed.push_back(i);
+            c.took(s, s ? 3e-6 : 5e-6);
+        }
+    }
+    const int first = static_cast<int>(copy_chooser::first_pair_after);
+    CHECK(timed == std::vector<int>{first - 2, first - 1, first, first + every - 2, first + every - 1, first + every});
+    CHECK_FALSE(c.streaming());
+    CHECK(c.cached_seconds() == Approx(5e-6));
 }
